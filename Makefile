@@ -1,0 +1,26 @@
+# Entry points; each is a thin wrapper around a script in scripts/ that also runs on its own.
+.PHONY: venv test lint unit molecule sandbox collection clean
+
+venv:         ## create or refresh .venv/ (pinned tools and collections)
+	bash scripts/bootstrap-venv.sh
+
+test:         ## every check, in order, from a bare machine; prints the total time
+	bash scripts/test.sh
+
+lint:         ## ruff, yamllint, ansible-lint (production), syntax-check
+	bash scripts/test.sh venv lint syntax
+
+unit:         ## pytest unit tests
+	bash scripts/test.sh venv unit
+
+collection:   ## build the collection tarball and install it into a temp path
+	bash scripts/test.sh venv collection
+
+molecule:     ## every molecule scenario (MOLECULE_SCENARIOS="a b" to choose)
+	bash scripts/test.sh venv molecule
+
+sandbox:      ## the main job: site.yml on the local sandbox cluster
+	bash scripts/sandbox.sh
+
+clean:
+	rm -rf .venv .pytest_cache .ruff_cache instinct-finetune-*.tar.gz

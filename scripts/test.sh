@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The one test command (`make test`): every check, in order, from a bare machine.
+#   controller venv -> ruff -> yamllint -> ansible-lint -> syntax-check -> changelog lint
+#   -> pytest unit tests -> collection build/install/doc -> Docker engine + images -> molecule scenarios
+# Each stage prints its duration; the total is printed at the end. Any failure stops the run.
+# Run a subset with: scripts/test.sh lint unit   (stages: venv lint syntax unit collection molecule)
+# Run chosen scenarios with: MOLECULE_SCENARIOS="default fabric" scripts/test.sh molecule
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+
+# shellcheck source=scripts/env.sh
+source scripts/env.sh
+
+stages=("$@")
+[[ ${#stages[@]} -gt 0 ]] || stages=(venv lint syntax unit collection molecule)
+
+declare -a report=()
+run_start=$SECONDS
+
+stage() {
+  local name=$1; shift
+  local start=$SECONDS
+  printf '\n===== %s =====\n' "$name"
+  "$@"
+  local took=$((SECONDS - start))
+  report+=("$(printf '%-28s %5ss' "$name" "$took")")
+}
+
+do_venv() { bash scripts/bootstrap-venv.sh; }
+
+do_lint() {
+  stage "ruff" ruff check .
+  stage "ruff format" ruff format --check .
+  stage "yamllint" yamllint --strict .
+  stage "ansible-lint (production)" ansible-lint --profile production --strict
+}
+
+do_syntax() {
+  local pb
+  for pb in playbooks/*.yml; do
+    ansible-playbook --syntax-check -i inventories/sandbox "$pb"
+  done
+}
+
+do_changelog() { antsibull-changelog lint; }
+
+do_unit() {
+  local rc=0
+  pytest tests/unit || rc=$?
+  [[ $rc -eq 0 ]] || { echo "unit tests failed (pytest exit $rc)"; return "$rc"; }
+}
+
+do_collection() {
+  # Build the tarball, install it into an empty path, and check that FQCNs resolve from there.
+  local tmp
+  tmp=$(mktemp -d)
+  ansible-galaxy collection build --force --output-path "$tmp/dist" . >/dev/null
+  ansible-galaxy collection install --offline --no-deps -p "$tmp/installed" "$tmp"/dist/instinct-finetune-*.tar.gz
+  (
+    export ANSIBLE_COLLECTIONS_PATH="$tmp/installed:$root/.venv/collections"
+    cd "$tmp"
+    ansible-galaxy collection list instinct.finetune -p "$tmp/installed" | grep -q "instinct.finetune"
+    ansible-doc -l instinct.finetune
+    test -f "$tmp/installed/ansible_collections/instinct/finetune/roles/preflight/tasks/main.yml"
+    ansible-doc -t role -l instinct.finetune | grep -q preflight
+  )
+  rm -rf "$tmp"
+}
+
+do_images() {
+  bash scripts/ensure-docker.sh
+  INSTINCT_IMAGE_JAMMY=$(molecule/resources/images/build.sh jammy)
+  INSTINCT_IMAGE_JAMMY_SYSTEMD=$(molecule/resources/images/build.sh jammy-systemd)
+  INSTINCT_IMAGE_BOOKWORM=$(molecule/resources/images/build.sh bookworm)
+  export INSTINCT_IMAGE_JAMMY INSTINCT_IMAGE_JAMMY_SYSTEMD INSTINCT_IMAGE_BOOKWORM
+}
+
+do_molecule() {
+  local scenarios=${MOLECULE_SCENARIOS:-$(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml \
+    -printf '%h\n' | xargs -n1 basename | sort)}
+  local s
+  for s in $scenarios; do
+    stage "molecule $s" molecule test -s "$s"
+  done
+}
+
+for s in "${stages[@]}"; do
+  case $s in
+    venv) stage "controller venv" do_venv ;;
+    lint) do_lint ;;
+    syntax) stage "syntax-check" do_syntax; stage "changelog lint" do_changelog ;;
+    unit) stage "pytest unit" do_unit ;;
+    collection) stage "collection build+install" do_collection ;;
+    molecule) stage "docker engine + images" do_images; do_molecule ;;
+    *) echo "unknown stage $s (venv lint syntax unit collection molecule)" >&2; exit 2 ;;
+  esac
+done
+
+printf '\n===== summary =====\n'
+printf '%s\n' "${report[@]}"
+printf '%-28s %5ss\n' "TOTAL" "$((SECONDS - run_start))"

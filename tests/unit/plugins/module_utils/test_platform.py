@@ -1,0 +1,78 @@
+import pytest
+import yaml
+
+from ansible_collections.instinct.finetune.plugins.filter.platform import FilterModule
+from ansible_collections.instinct.finetune.plugins.module_utils.platform import (
+    platform_list,
+    release_of,
+    supported_platform,
+)
+from tests.unit.conftest import ROOT
+
+PLATFORMS = yaml.safe_load((ROOT / "roles/preflight/vars/main.yml").read_text())[
+    "preflight_supported_platforms"
+]
+
+
+@pytest.mark.parametrize(
+    ("facts", "tier"),
+    [
+        (
+            {"distribution": "Ubuntu", "distribution_version": "22.04", "distribution_major_version": "22"},
+            "primary",
+        ),
+        (
+            {"distribution": "Ubuntu", "distribution_version": "24.04", "distribution_major_version": "24"},
+            "secondary",
+        ),
+        (
+            {"distribution": "Debian", "distribution_version": "12.7", "distribution_major_version": "12"},
+            "secondary",
+        ),
+    ],
+)
+def test_supported_releases_get_their_tier(facts, tier):
+    assert supported_platform(facts, PLATFORMS)["tier"] == tier
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        # Same major version as a supported Ubuntu, but not the LTS release AMD supports.
+        {"distribution": "Ubuntu", "distribution_version": "22.10", "distribution_major_version": "22"},
+        {"distribution": "Ubuntu", "distribution_version": "20.04", "distribution_major_version": "20"},
+        {"distribution": "Debian", "distribution_version": "11.9", "distribution_major_version": "11"},
+        {"distribution": "CentOS", "distribution_version": "7.9", "distribution_major_version": "7"},
+        {},
+    ],
+)
+def test_unsupported_releases_match_nothing(facts):
+    assert supported_platform(facts, PLATFORMS) == {}
+
+
+def test_release_uses_full_version_on_ubuntu_and_major_elsewhere():
+    assert (
+        release_of(
+            {"distribution": "Ubuntu", "distribution_version": "22.04", "distribution_major_version": "22"}
+        )
+        == "22.04"
+    )
+    assert (
+        release_of(
+            {"distribution": "Debian", "distribution_version": "12.7", "distribution_major_version": "12"}
+        )
+        == "12"
+    )
+
+
+def test_platform_list_filters_by_tier():
+    assert platform_list(PLATFORMS, ["primary"]) == "Ubuntu 22.04 (primary)"
+    assert platform_list(PLATFORMS) == (
+        "Ubuntu 22.04 (primary), Ubuntu 24.04 (secondary), Debian 12 (secondary)"
+    )
+
+
+def test_filter_plugin_exposes_both_filters():
+    filters = FilterModule().filters()
+    assert filters["supported_platform"] is supported_platform
+    assert filters["platform_list"] is platform_list
