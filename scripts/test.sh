@@ -52,18 +52,22 @@ do_unit() {
 }
 
 do_collection() {
-  # Build the tarball, install it into an empty path, and check that FQCNs resolve from there.
+  # Build the tarball, install it into an empty path, and check that FQCNs resolve from there
+  # (and only from there: the checkout's own link in .venv/collections is left out of the path).
   local tmp
   tmp=$(mktemp -d)
-  ansible-galaxy collection build --force --output-path "$tmp/dist" . >/dev/null
-  ansible-galaxy collection install --offline --no-deps -p "$tmp/installed" "$tmp"/dist/instinct-finetune-*.tar.gz
+  ansible-galaxy collection build --force --output-path "$tmp/dist" .
   (
-    export ANSIBLE_COLLECTIONS_PATH="$tmp/installed:$root/.venv/collections"
+    export ANSIBLE_COLLECTIONS_PATH="$tmp/installed"
     cd "$tmp"
-    ansible-galaxy collection list instinct.finetune -p "$tmp/installed" | grep -q "instinct.finetune"
+    ansible-galaxy collection install --offline --no-deps -p "$tmp/installed" dist/instinct-finetune-*.tar.gz
+    ansible-galaxy collection list instinct.finetune | grep -E '^instinct\.finetune +0\.1\.0'
     ansible-doc -l instinct.finetune
-    test -f "$tmp/installed/ansible_collections/instinct/finetune/roles/preflight/tasks/main.yml"
-    ansible-doc -t role -l instinct.finetune | grep -q preflight
+    ansible-doc -t filter -l instinct.finetune | grep -q 'instinct.finetune.supported_platform'
+    ansible-doc -t role -l instinct.finetune | grep -q 'preflight'
+    ansible -i localhost, -c local localhost -m ansible.builtin.debug \
+      -a "msg={{ {'distribution': 'Ubuntu', 'distribution_version': '22.04'} | instinct.finetune.supported_platform([{'distribution': 'Ubuntu', 'version': '22.04', 'tier': 'primary'}]) }}" \
+      | grep -q 'tier: primary'
   )
   rm -rf "$tmp"
 }

@@ -17,6 +17,17 @@ def test_node_sits_on_mgmt_and_fabric_networks(host):
     assert "172.28.20." in addresses
 
 
+def test_init_matches_the_image_variant(host):
+    pid1 = host.check_output("cat /proc/1/comm")
+    if host.backend.get_hostname() == "instinct-smoke-node2":
+        assert pid1 == "systemd"
+        assert host.check_output("systemctl is-system-running --wait") in {"running", "degraded"}
+        # Services can be started and report success, which the service-managing roles rely on.
+        assert host.run("systemd-run --unit instinct-smoke-probe --wait /bin/true").rc == 0
+    else:
+        assert pid1 == "sleep"
+
+
 def test_extra_cas_are_in_the_trust_store(host):
     installed = host.run("ls /usr/local/share/ca-certificates/").stdout.split()
     assert sorted(installed) == sorted(f"instinct-{ca.stem}.crt" for ca in CA_FILES)

@@ -35,7 +35,7 @@ fi
 import_tarball() {
   local changes=(--change 'ENV container=docker' --change 'ENV LANG=C.UTF-8')
   if [[ $INIT == systemd ]]; then
-    changes+=(--change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3')
+    changes+=(--change 'CMD ["/sbin/init"]')
   else
     changes+=(--change 'CMD ["sleep", "infinity"]')
   fi
