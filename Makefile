@@ -1,5 +1,5 @@
 # Entry points; each is a thin wrapper around a script in scripts/ that also runs on its own.
-.PHONY: venv test lint unit molecule sandbox collection clean
+.PHONY: venv test lint unit molecule sandbox collection bench clean
 
 venv:         ## create or refresh .venv/ (pinned tools and collections)
 	bash scripts/bootstrap-venv.sh
@@ -21,6 +21,9 @@ molecule:     ## every molecule scenario (MOLECULE_SCENARIOS="a b" to choose)
 
 sandbox:      ## the main job: site.yml on the local sandbox cluster
 	bash scripts/sandbox.sh
+
+bench:        ## benchmarks that print figures against their targets
+	bash scripts/bootstrap-venv.sh && .venv/bin/python bench/bench_probes.py
 
 clean:
 	rm -rf .venv .pytest_cache .ruff_cache instinct-finetune-*.tar.gz

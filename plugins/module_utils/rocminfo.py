@@ -29,6 +29,7 @@ _PROPERTY = re.compile(r"^  ([A-Za-z][^:\n]*?):[ \t]*(.*?)[ \t]*$")
 _ISA = re.compile(r"amdgcn-amd-amdhsa--(gfx[0-9a-f]+)((?::[A-Za-z0-9_-]+[+-])*)")
 _GFX = re.compile(r"^gfx[0-9a-f]+$")
 _NUMBER = re.compile(r"^(\d+)")
+_DEVICE_TYPES = ("CPU", "GPU", "DSP", "AIE")
 _ROCK_LOADED = re.compile(r"ROCk module(?: version (\S+))? is loaded")
 
 
@@ -90,12 +91,20 @@ def _parse_agent(number, body):
     props = {}
     for line in body.splitlines():
         match = _PROPERTY.match(line)
-        if match and match.group(1) not in props:
-            props[match.group(1)] = match.group(2)
+        if not match:
+            continue
+        if match.group(1) in props:
+            # Two agents run together: an "Agent N" banner is missing or damaged.
+            raise RocminfoError("unparsable", f"Agent {number} has '{match.group(1)}:' twice.")
+        props[match.group(1)] = match.group(2)
     for required in ("Name", "Device Type"):
         if required not in props:
             raise RocminfoError("unparsable", f"Agent {number} has no '{required}:' line.")
     device_type = props["Device Type"].upper()
+    if device_type not in _DEVICE_TYPES:
+        raise RocminfoError("unparsable", f"Agent {number} has unknown device type '{props['Device Type']}'.")
+    if device_type != "GPU" and (_ISA.search(body) or _GFX.match(props["Name"])):
+        raise RocminfoError("unparsable", f"Agent {number} is a {device_type} but carries a gfx target.")
     agent = {
         "agent": number,
         "name": props["Name"],
@@ -148,7 +157,8 @@ def parse_rocminfo(text):
         raise RocminfoError("unparsable", "The output has no 'HSA Agents' section: it is not rocminfo's.")
     if not re.search(r"^\*\*\* Done \*\*\*\s*$", text, re.MULTILINE):
         raise RocminfoError(
-            "unparsable", "The output does not end with '*** Done ***': it was cut short, so GPUs may be missing."
+            "unparsable",
+            "The output does not end with '*** Done ***': it was cut short, so GPUs may be missing.",
         )
 
     body = text.split("HSA Agents", 1)[1]
@@ -166,8 +176,20 @@ def parse_rocminfo(text):
         agents.append(_parse_agent(numbers[index], body[header.end() : end]))
 
     gpus = [
-        {key: agent[key] for key in ("node", "gfx", "isa", "marketing_name", "compute_units", "uuid",
-                                     "chip_id", "bdfid", "apu")}
+        {
+            key: agent[key]
+            for key in (
+                "node",
+                "gfx",
+                "isa",
+                "marketing_name",
+                "compute_units",
+                "uuid",
+                "chip_id",
+                "bdfid",
+                "apu",
+            )
+        }
         for agent in agents
         if agent["device_type"] == "GPU"
     ]

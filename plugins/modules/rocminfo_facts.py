@@ -114,6 +114,7 @@ import shutil
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.instinct.finetune.plugins.module_utils.rocminfo import (
     RUNBOOKS,
     RocminfoError,
