@@ -1,9 +1,20 @@
 #!/usr/bin/env bash
-# Make sure a Docker engine answers. A running engine is left alone; otherwise Debian/Ubuntu's
+# Make sure a Docker engine answers (and the few host tools the test doubles use are present). A running engine is left alone; otherwise Debian/Ubuntu's
 # docker.io is installed when missing and dockerd is started in the background (no systemd here).
 set -euo pipefail
 
 log() { printf '[docker] %s\n' "$*" >&2; }
+
+# Host tools the test doubles need besides the engine: apt-ftparchive and gpg build and sign the
+# simulated AMD repository (molecule/resources/amd-repo).
+missing=()
+command -v apt-ftparchive >/dev/null 2>&1 || missing+=(apt-utils)
+command -v gpg >/dev/null 2>&1 || missing+=(gnupg)
+if [[ ${#missing[@]} -gt 0 ]]; then
+  log "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null; }
+fi
 
 if docker info >/dev/null 2>&1; then
   log "engine answers: $(docker version --format '{{.Server.Version}}' 2>/dev/null || echo unknown)"
@@ -23,7 +34,18 @@ log "starting dockerd in the background (log: $log_file)"
 nohup dockerd >"$log_file" 2>&1 &
 
 for _ in $(seq 1 60); do
-  if docker info >/dev/null 2>&1; then
+  # Host tools the test doubles need besides the engine: apt-ftparchive and gpg build and sign the
+# simulated AMD repository (molecule/resources/amd-repo).
+missing=()
+command -v apt-ftparchive >/dev/null 2>&1 || missing+=(apt-utils)
+command -v gpg >/dev/null 2>&1 || missing+=(gnupg)
+if [[ ${#missing[@]} -gt 0 ]]; then
+  log "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null; }
+fi
+
+if docker info >/dev/null 2>&1; then
     log "engine answers after start"
     exit 0
   fi

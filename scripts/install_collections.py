@@ -77,10 +77,7 @@ def extract(wheel: Path, pins: dict[str, str], dest: Path) -> None:
                 )
             target = root / namespace / name
             installed = target / "MANIFEST.json"
-            if (
-                installed.exists()
-                and json.loads(installed.read_text())["collection_info"]["version"] == version
-            ):
+            if installed.exists() and json.loads(installed.read_text())["collection_info"]["version"] == version:
                 continue
             shutil.rmtree(target, ignore_errors=True)
             with tempfile.TemporaryDirectory(dir=dest) as tmp:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ansible_collections.instinct.finetune.plugins.module_utils.platform import (
+    path_ancestors,
     platform_list,
     supported_platform,
 )
@@ -15,4 +16,5 @@ class FilterModule:
         return {
             "supported_platform": supported_platform,
             "platform_list": platform_list,
+            "path_ancestors": path_ancestors,
         }

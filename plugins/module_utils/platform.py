@@ -27,7 +27,11 @@ def supported_platform(facts: dict, platforms: list[dict]) -> dict:
 def platform_list(platforms: list[dict], tiers: list[str] | None = None) -> str:
     """Human-readable list of the platforms in ``tiers`` (all when None), for error messages."""
     return ", ".join(
-        f"{p['distribution']} {p['version']} ({p['tier']})"
-        for p in platforms
-        if tiers is None or p["tier"] in tiers
+        f"{p['distribution']} {p['version']} ({p['tier']})" for p in platforms if tiers is None or p["tier"] in tiers
     )
+
+
+def path_ancestors(path):
+    """``/opt/instinct`` -> ``["/", "/opt", "/opt/instinct"]``: the mount points that may hold it."""
+    parts = [part for part in str(path).split("/") if part]
+    return ["/"] + ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]

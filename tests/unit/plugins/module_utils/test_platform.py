@@ -3,15 +3,14 @@ import yaml
 
 from ansible_collections.instinct.finetune.plugins.filter.platform import FilterModule
 from ansible_collections.instinct.finetune.plugins.module_utils.platform import (
+    path_ancestors,
     platform_list,
     release_of,
     supported_platform,
 )
 from tests.unit.conftest import ROOT
 
-PLATFORMS = yaml.safe_load((ROOT / "roles/preflight/vars/main.yml").read_text())[
-    "preflight_supported_platforms"
-]
+PLATFORMS = yaml.safe_load((ROOT / "roles/preflight/vars/main.yml").read_text())["preflight_supported_platforms"]
 
 
 @pytest.mark.parametrize(
@@ -52,27 +51,26 @@ def test_unsupported_releases_match_nothing(facts):
 
 def test_release_uses_full_version_on_ubuntu_and_major_elsewhere():
     assert (
-        release_of(
-            {"distribution": "Ubuntu", "distribution_version": "22.04", "distribution_major_version": "22"}
-        )
+        release_of({"distribution": "Ubuntu", "distribution_version": "22.04", "distribution_major_version": "22"})
         == "22.04"
     )
     assert (
-        release_of(
-            {"distribution": "Debian", "distribution_version": "12.7", "distribution_major_version": "12"}
-        )
+        release_of({"distribution": "Debian", "distribution_version": "12.7", "distribution_major_version": "12"})
         == "12"
     )
 
 
 def test_platform_list_filters_by_tier():
     assert platform_list(PLATFORMS, ["primary"]) == "Ubuntu 22.04 (primary)"
-    assert platform_list(PLATFORMS) == (
-        "Ubuntu 22.04 (primary), Ubuntu 24.04 (secondary), Debian 12 (secondary)"
-    )
+    assert platform_list(PLATFORMS) == ("Ubuntu 22.04 (primary), Ubuntu 24.04 (secondary), Debian 12 (secondary)")
 
 
 def test_filter_plugin_exposes_both_filters():
     filters = FilterModule().filters()
     assert filters["supported_platform"] is supported_platform
     assert filters["platform_list"] is platform_list
+
+
+def test_path_ancestors_lists_every_possible_mount_point():
+    assert path_ancestors("/opt/instinct/wheels") == ["/", "/opt", "/opt/instinct", "/opt/instinct/wheels"]
+    assert path_ancestors("/") == ["/"]
