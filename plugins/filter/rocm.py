@@ -16,8 +16,17 @@ def rocm_release(version, releases):
         raise AnsibleFilterError(str(err)) from err
 
 
+def rocm_release_problem(version, releases):
+    """What is wrong with ``version`` for this release map, or an empty string."""
+    try:
+        rr.rocm_release(version, releases)
+    except ValueError as err:
+        return str(err)
+    return ""
+
+
 class FilterModule:
     """ROCm release filters."""
 
     def filters(self):
-        return {"rocm_release": rocm_release}
+        return {"rocm_release": rocm_release, "rocm_release_problem": rocm_release_problem}
