@@ -80,19 +80,44 @@ def empty_gpu(index):
 # values
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicate_keys(pairs):
+    # json.loads keeps the last of two equal keys: two "card1" objects would silently drop a GPU.
+    result = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey(key)
+        result[key] = value
+    return result
+
+
+def _decode(text, what):
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except _DuplicateKey as err:
+        raise _unparsable(f"{what} has the key '{err}' twice: the output is damaged.") from None
+
+
 def _load_json(text, what):
     """JSON from a tool's stdout; warning lines printed before the document are skipped."""
     if not isinstance(text, str) or not text.strip():
         raise _unparsable(f"{what} printed nothing.")
     try:
-        return json.loads(text)
+        return _decode(text, what)
+    except SmiError:
+        raise
     except ValueError as err:
         first_error = err
     lines = text.splitlines()
     for number, line in enumerate(lines):
         if line.lstrip().startswith(("{", "[")):
             try:
-                return json.loads("\n".join(lines[number:]))
+                return _decode("\n".join(lines[number:]), what)
+            except SmiError:
+                raise
             except ValueError:
                 break
     raise _unparsable(f"{what} is not complete JSON ({first_error}); it may have been cut short.")
@@ -166,6 +191,18 @@ def _add_link(links, a, b, link_type, where):
     links[(a, b)] = link_type
 
 
+def _check_complete(links, what):
+    """A pairwise topology must name every pair of the devices it mentions: a pair that is missing
+    (a line lost or mangled in transit) would otherwise read as "no link" and hide a PCIe hop."""
+    if not links:
+        return
+    count = max(b for _, b in links) + 1
+    missing = [pair for pair in combinations(range(count), 2) if pair not in links]
+    if missing:
+        shown = ", ".join(f"{a}-{b}" for a, b in missing[:4]) + (" ..." if len(missing) > 4 else "")
+        raise _unparsable(f"{what}: the topology names devices 0..{count - 1} but no link type for {shown}.")
+
+
 def _link_list(links):
     return [{"a": a, "b": b, "link_type": links[(a, b)]} for a, b in sorted(links)]
 
@@ -176,6 +213,9 @@ def _check_unique(gpus, what):
         if gpu["index"] in seen:
             raise _unparsable(f"{what} lists GPU {gpu['index']} twice.")
         seen.add(gpu["index"])
+    # Asked for every GPU, amd-smi and rocm-smi number them 0..N-1; a gap means a damaged index.
+    if seen and seen != set(range(len(seen))):
+        raise _unparsable(f"{what} numbers its GPUs {sorted(seen)}, not 0..{len(seen) - 1}.")
     return sorted(gpus, key=lambda gpu: gpu["index"])
 
 
@@ -372,7 +412,11 @@ def parse_rocm_smi_json(text):
                     _add_link(links, a, b, _link_type(link_type, where), where)
         else:
             raise _unparsable(f"{what}: unexpected top-level key '{key}' (expected cardN and system).")
-    return {"gpus": _check_unique(gpus, what), "links": _link_list(links)}
+    _check_complete(links, what)
+    gpus = _check_unique(gpus, what)
+    if links and gpus and gpus[-1]["index"] > max(b for _, b in links):
+        raise _unparsable(f"{what}: card{gpus[-1]['index']} is outside the topology's devices.")
+    return {"gpus": gpus, "links": _link_list(links)}
 
 
 def _text_log(text, what):
