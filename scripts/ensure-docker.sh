@@ -7,27 +7,25 @@ log() { printf '[docker] %s\n' "$*" >&2; }
 
 # Host tools the test doubles need besides the engine: apt-ftparchive and gpg build and sign the
 # simulated AMD repository (molecule/resources/amd-repo).
+apt_install() {
+  [[ $(id -u) -eq 0 ]] || { log "missing $* and not root: apt-get install -y $*"; exit 2; }
+  log "installing $*"
+  export DEBIAN_FRONTEND=noninteractive
+  # The package lists may be stale or absent on a fresh machine: refresh once when needed.
+  apt-get install -y -qq "$@" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$@" >/dev/null; }
+}
+
 missing=()
 command -v apt-ftparchive >/dev/null 2>&1 || missing+=(apt-utils)
 command -v gpg >/dev/null 2>&1 || missing+=(gnupg)
-if [[ ${#missing[@]} -gt 0 ]]; then
-  log "installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null; }
-fi
+[[ ${#missing[@]} -eq 0 ]] || apt_install "${missing[@]}"
 
 if docker info >/dev/null 2>&1; then
   log "engine answers: $(docker version --format '{{.Server.Version}}' 2>/dev/null || echo unknown)"
   exit 0
 fi
 
-if ! command -v dockerd >/dev/null 2>&1; then
-  [[ $(id -u) -eq 0 ]] || { log "dockerd is missing and we are not root: install docker.io"; exit 2; }
-  log "installing docker.io"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq docker.io >/dev/null
-fi
+command -v dockerd >/dev/null 2>&1 || apt_install docker.io
 
 log_file=${DOCKERD_LOG:-/var/log/instinct-dockerd.log}
 log "starting dockerd in the background (log: $log_file)"
@@ -36,14 +34,18 @@ nohup dockerd >"$log_file" 2>&1 &
 for _ in $(seq 1 60); do
   # Host tools the test doubles need besides the engine: apt-ftparchive and gpg build and sign the
 # simulated AMD repository (molecule/resources/amd-repo).
+apt_install() {
+  [[ $(id -u) -eq 0 ]] || { log "missing $* and not root: apt-get install -y $*"; exit 2; }
+  log "installing $*"
+  export DEBIAN_FRONTEND=noninteractive
+  # The package lists may be stale or absent on a fresh machine: refresh once when needed.
+  apt-get install -y -qq "$@" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$@" >/dev/null; }
+}
+
 missing=()
 command -v apt-ftparchive >/dev/null 2>&1 || missing+=(apt-utils)
 command -v gpg >/dev/null 2>&1 || missing+=(gnupg)
-if [[ ${#missing[@]} -gt 0 ]]; then
-  log "installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null; }
-fi
+[[ ${#missing[@]} -eq 0 ]] || apt_install "${missing[@]}"
 
 if docker info >/dev/null 2>&1; then
     log "engine answers after start"

@@ -21,6 +21,8 @@ import json
 import re
 from itertools import combinations
 
+from ansible_collections.instinct.finetune.plugins.module_utils._probe import ProbeError
+
 __metaclass__ = type
 
 RUNBOOKS = {
@@ -53,16 +55,10 @@ _TEXT_LINE = re.compile(r"^GPU\[(\d+)\]\s*:\s*(.+?):\s+(.*?)\s*$")
 _END_OF_LOG = re.compile(r"^=+ End of ROCm SMI Log =+\s*$", re.MULTILINE)
 
 
-class SmiError(ValueError):
-    """amd-smi or rocm-smi printed something this parser cannot trust.
+class SmiError(ProbeError):
+    """amd-smi or rocm-smi printed something this parser cannot trust."""
 
-    ``reason`` is a stable code (a key of :data:`RUNBOOKS`), ``runbook`` the page to read.
-    """
-
-    def __init__(self, reason, message):
-        self.reason = reason
-        self.runbook = RUNBOOKS[reason]
-        super().__init__(f"{message} See {self.runbook}")
+    RUNBOOKS = RUNBOOKS
 
 
 def _unparsable(message):

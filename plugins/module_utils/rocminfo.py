@@ -11,6 +11,8 @@ from __future__ import absolute_import, division, print_function
 
 import re
 
+from ansible_collections.instinct.finetune.plugins.module_utils._probe import ProbeError
+
 __metaclass__ = type
 
 RUNBOOKS = {
@@ -33,16 +35,10 @@ _DEVICE_TYPES = ("CPU", "GPU", "DSP", "AIE")
 _ROCK_LOADED = re.compile(r"ROCk module(?: version (\S+))? is loaded")
 
 
-class RocminfoError(ValueError):
-    """rocminfo reported a problem, or printed something this parser cannot trust.
+class RocminfoError(ProbeError):
+    """rocminfo reported a problem, or printed something this parser cannot trust."""
 
-    ``reason`` is a stable code (a key of :data:`RUNBOOKS`), ``runbook`` the page to read.
-    """
-
-    def __init__(self, reason, message):
-        self.reason = reason
-        self.runbook = RUNBOOKS[reason]
-        super().__init__(f"{message} See {self.runbook}")
+    RUNBOOKS = RUNBOOKS
 
 
 def base_gfx(isa_or_name):

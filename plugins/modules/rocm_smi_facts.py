@@ -161,12 +161,11 @@ rocm_smi_path:
   sample: /opt/rocm/bin/amd-smi
 """
 
-import os
-import shutil
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.instinct.finetune.plugins.module_utils._probe import find_tool
 from ansible_collections.instinct.finetune.plugins.module_utils.rocm_smi import (
     RUNBOOKS,
     SmiError,
@@ -180,17 +179,6 @@ from ansible_collections.instinct.finetune.plugins.module_utils.rocm_smi import 
 
 ROCM_SMI_MAIN = ["--showproductname", "--showmeminfo", "vram", "--showtemp", "--showpower", "--showbus", "--json"]
 ROCM_SMI_TOPO = ["--showtopotype", "--showtoponuma", "--json"]
-
-
-def resolve(name):
-    """An explicit path as given; a bare name from PATH first, then /opt/rocm/bin."""
-    if os.sep in name:
-        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
-    found = shutil.which(name)
-    if found:
-        return found
-    fallback = os.path.join("/opt/rocm/bin", name)
-    return fallback if os.access(fallback, os.X_OK) else None
 
 
 def _tail(text, lines=20):
@@ -319,7 +307,7 @@ def main():
     order = ["amd-smi", "rocm-smi"] if module.params["prefer"] == "amd-smi" else ["rocm-smi", "amd-smi"]
     source, path = None, None
     for tool in order:
-        path = resolve(requested[tool])
+        path = find_tool(requested[tool])
         if path:
             source = tool
             break

@@ -109,28 +109,16 @@ rocminfo_path:
   sample: /opt/rocm/bin/rocminfo
 """
 
-import os
-import shutil
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.instinct.finetune.plugins.module_utils._probe import find_tool
 from ansible_collections.instinct.finetune.plugins.module_utils.rocminfo import (
     RUNBOOKS,
     RocminfoError,
     parse_rocminfo,
 )
-
-
-def resolve(name):
-    """An explicit path as given; a bare name from PATH first, then /opt/rocm/bin."""
-    if os.sep in name:
-        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
-    found = shutil.which(name)
-    if found:
-        return found
-    fallback = os.path.join("/opt/rocm/bin", name)
-    return fallback if os.access(fallback, os.X_OK) else None
 
 
 def main():
@@ -143,7 +131,7 @@ def main():
         supports_check_mode=True,
     )
     requested = module.params["rocminfo_path"]
-    path = resolve(requested)
+    path = find_tool(requested)
     if path is None:
         module.fail_json(
             msg=f"rocminfo was not found ('{requested}' is not an executable in PATH or /opt/rocm/bin): "

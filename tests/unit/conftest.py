@@ -4,6 +4,9 @@
 the unit tests import the plugins through that path, exactly as Ansible does.
 """
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -21,3 +24,25 @@ sys.path.insert(0, str(COLLECTIONS))
 @pytest.fixture
 def fixtures_dir() -> Path:
     return FIXTURES
+
+
+def run_module(module, args):
+    """Run ``ansible localhost -m instinct.finetune.<module> -a <args>`` as a user would (implicit
+    localhost, the controller's Python) and return ``(exit code, the host's result)``."""
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_NOCOLOR="1",
+    )
+    ansible = Path(sys.executable).parent / "ansible"
+    argv = [str(ansible) if ansible.exists() else "ansible", "localhost", "-m", f"instinct.finetune.{module}"]
+    proc = subprocess.run(
+        [*argv, "-a", args], capture_output=True, text=True, env=env, check=False, cwd=ROOT, timeout=120
+    )
+    start = proc.stdout.find("{")
+    assert start >= 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout[start:])["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return proc.returncode, result

@@ -6,9 +6,6 @@ those parsers build their input in code, from the shape of AMD's CLI source, and
 """
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +24,8 @@ from ansible_collections.instinct.finetune.plugins.module_utils.rocm_smi import 
     parse_rocm_smi_showtopo,
     parse_rocm_smi_text,
 )
-from tests.unit.conftest import COLLECTIONS, FIXTURES, ROOT
+from tests.unit.conftest import FIXTURES
+from tests.unit.conftest import run_module as conftest_run_module
 
 SMI = FIXTURES / "smi"
 UNPARSED = "docs/runbooks/probe-output-unparsed.md"
@@ -520,23 +518,7 @@ def fake_tool(tmp_path, name, cases):
 
 
 def run_module(args):
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
-        ANSIBLE_STDOUT_CALLBACK="json",
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_NOCOLOR="1",
-    )
-    argv = ["ansible", "localhost", "-i", "localhost,", "-c", "local"]
-    argv += ["-e", f"ansible_python_interpreter={sys.executable}"]
-    argv += ["-m", "instinct.finetune.rocm_smi_facts", "-a", args]
-    ansible = Path(sys.executable).parent / "ansible"
-    argv[0] = str(ansible) if ansible.exists() else "ansible"
-    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
-    start = proc.stdout.find("{")
-    assert start >= 0, proc.stdout + proc.stderr
-    report = json.loads(proc.stdout[start:])
-    return report["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return conftest_run_module("rocm_smi_facts", args)[1]
 
 
 def test_module_amdsmi_static_with_failing_metric(tmp_path):

@@ -1,14 +1,12 @@
 """Run the real rocminfo_facts module through ansible, with rocminfo_path pointing at a script
 that prints a recorded output (the hardware boundary), and check what a playbook would get."""
 
-import json
-import os
 import stat
-import subprocess
 
 import pytest
 
-from tests.unit.conftest import COLLECTIONS, FIXTURES, ROOT
+from tests.unit.conftest import FIXTURES, ROOT
+from tests.unit.conftest import run_module as conftest_run_module
 
 
 def fake_rocminfo(tmp_path, fixture, rc=0):
@@ -19,24 +17,7 @@ def fake_rocminfo(tmp_path, fixture, rc=0):
 
 
 def run_module(args):
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-    )
-    proc = subprocess.run(
-        # Implicit localhost: runs with the controller's own Python, as in the README's example.
-        ["ansible", "localhost", "-m", "instinct.finetune.rocminfo_facts", "-a", args],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        cwd=ROOT,
-    )
-    result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    return proc.returncode, result
+    return conftest_run_module("rocminfo_facts", args)
 
 
 def test_module_returns_the_facts_of_an_8_gpu_mi300x_node(tmp_path):
