@@ -1,0 +1,47 @@
+# Copyright: instinct.finetune contributors
+# Apache License 2.0 (see LICENSE)
+"""The per-node summary table that ends a site.yml run (pure functions)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+# (column title, how to read it from a host's variables); later stages add their columns here.
+COLUMNS = (
+    ("node", lambda v: v.get("inventory_hostname", "")),
+    ("OS", lambda v: " ".join(filter(None, [_fact(v, "distribution"), _fact(v, "distribution_version")]))),
+    ("ROCm", lambda v: (v.get("rocm_release_info") or {}).get("version")),
+    ("gfx", lambda v: ",".join(v.get("rocm_gfx_archs") or []) or None),
+    ("GPUs", lambda v: v.get("rocm_gpu_count")),
+    ("PCI GPUs", lambda v: v.get("preflight_pci_gpu_count")),
+)
+
+
+def _fact(hostvars, name):
+    return (hostvars.get("ansible_facts") or {}).get(name)
+
+
+def node_rows(hostvars, hosts):
+    """One row (a list of cells, '-' where a stage did not run) per host, in inventory order."""
+    rows = []
+    for host in hosts:
+        variables = dict(hostvars[host])
+        variables.setdefault("inventory_hostname", host)
+        row = []
+        for _, read in COLUMNS:
+            value = read(variables)
+            row.append("-" if value in (None, "") else str(value))
+        rows.append(row)
+    return rows
+
+
+def render_table(rows, headers=None):
+    """Rows of cells as aligned text lines, header first."""
+    headers = list(headers or [title for title, _ in COLUMNS])
+    table = [headers, *[[str(cell) for cell in row] for row in rows]]
+    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
+
+    def line(cells):
+        return " | ".join(cells[i].ljust(widths[i]) for i in range(len(widths))).rstrip()
+
+    return [line(headers), "-+-".join("-" * width for width in widths), *[line(row) for row in table[1:]]]
