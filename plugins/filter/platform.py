@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ansible_collections.instinct.finetune.plugins.module_utils.platform import (
+    kernel_packages,
     path_ancestors,
     platform_list,
     supported_platform,
@@ -17,4 +18,5 @@ class FilterModule:
             "supported_platform": supported_platform,
             "platform_list": platform_list,
             "path_ancestors": path_ancestors,
+            "kernel_packages": kernel_packages,
         }

@@ -35,3 +35,15 @@ def path_ancestors(path):
     """``/opt/instinct`` -> ``["/", "/opt", "/opt/instinct"]``: the mount points that may hold it."""
     parts = [part for part in str(path).split("/") if part]
     return ["/"] + ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def kernel_packages(facts):
+    """Packages amdgpu-dkms needs for the running kernel: its headers, and on Ubuntu the
+    linux-modules-extra split that carries the drivers amdgpu depends on."""
+    kernel = facts.get("kernel")
+    if not kernel:
+        raise ValueError("the facts have no 'kernel' (gather facts first)")
+    packages = [f"linux-headers-{kernel}"]
+    if facts.get("distribution") == "Ubuntu":
+        packages.append(f"linux-modules-extra-{kernel}")
+    return packages

@@ -3,6 +3,7 @@ import yaml
 
 from ansible_collections.instinct.finetune.plugins.filter.platform import FilterModule
 from ansible_collections.instinct.finetune.plugins.module_utils.platform import (
+    kernel_packages,
     path_ancestors,
     platform_list,
     release_of,
@@ -74,3 +75,11 @@ def test_filter_plugin_exposes_both_filters():
 def test_path_ancestors_lists_every_possible_mount_point():
     assert path_ancestors("/opt/instinct/wheels") == ["/", "/opt", "/opt/instinct", "/opt/instinct/wheels"]
     assert path_ancestors("/") == ["/"]
+
+
+def test_kernel_packages_follow_the_running_kernel_and_the_distribution():
+    ubuntu = {"kernel": "6.8.0-45-generic", "distribution": "Ubuntu"}
+    assert kernel_packages(ubuntu) == ["linux-headers-6.8.0-45-generic", "linux-modules-extra-6.8.0-45-generic"]
+    assert kernel_packages({"kernel": "6.1.0-26-amd64", "distribution": "Debian"}) == ["linux-headers-6.1.0-26-amd64"]
+    with pytest.raises(ValueError, match="kernel"):
+        kernel_packages({"distribution": "Ubuntu"})
