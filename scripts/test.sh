@@ -62,7 +62,10 @@ do_collection() {
     cd "$tmp"
     ansible-galaxy collection install --offline --no-deps -p "$tmp/installed" dist/instinct-finetune-*.tar.gz
     ansible-galaxy collection list instinct.finetune | grep -E '^instinct\.finetune +0\.1\.0'
-    ansible-doc -l instinct.finetune
+    ansible-doc -l instinct.finetune | tee /dev/stderr | grep -q 'instinct.finetune.rocminfo_facts'
+    for module in rocminfo_facts rocm_smi_facts; do
+      ansible-doc "instinct.finetune.$module" | grep -q 'EXAMPLES'
+    done
     ansible-doc -t filter -l instinct.finetune | grep -q 'instinct.finetune.supported_platform'
     ansible-doc -t role -l instinct.finetune | grep -q 'preflight'
     ansible -i localhost, -c local localhost -m ansible.builtin.debug \
