@@ -45,6 +45,8 @@ GPU_KEYS = (
 )
 LINK_TYPES = ("XGMI", "PCIE", "UNKNOWN")
 MIB = 1024 * 1024
+# Memory units amd-smi prints, as bytes per unit ("MB" is MiB: it divides bytes by 1024 * 1024).
+_MEMORY_UNITS = {"MB": MIB, "B": 1}
 
 _NA = ("N/A", "NA", "")
 _INT = re.compile(r"^-?\d+$")
@@ -281,7 +283,7 @@ def parse_amdsmi_static(text):
         gpu = empty_gpu(entry["gpu"])
         gpu["product_name"] = _text(asic.get("market_name")) or _text(board.get("product_name"))
         if "size" in vram:
-            gpu["vram_total_bytes"] = _unit_value(vram["size"], {"MB": MIB, "B": 1}, f"{where} vram.size")
+            gpu["vram_total_bytes"] = _unit_value(vram["size"], _MEMORY_UNITS, f"{where} vram.size")
         gpu["power_limit_w"] = _static_power_limit(limit, where)
         bdf = _text(bus.get("bdf"))
         gpu["bdf"] = bdf.lower() if bdf else None
@@ -312,11 +314,10 @@ def parse_amdsmi_metric(text):
         temperature = _section(entry, "temperature", what)
         power = _section(entry, "power", what)
         gpu = empty_gpu(entry["gpu"])
-        mib = {"MB": MIB, "B": 1}
         if "total_vram" in mem:
-            gpu["vram_total_bytes"] = _unit_value(mem["total_vram"], mib, f"{where} mem_usage.total_vram")
+            gpu["vram_total_bytes"] = _unit_value(mem["total_vram"], _MEMORY_UNITS, f"{where} mem_usage.total_vram")
         if "used_vram" in mem:
-            gpu["vram_used_bytes"] = _unit_value(mem["used_vram"], mib, f"{where} mem_usage.used_vram")
+            gpu["vram_used_bytes"] = _unit_value(mem["used_vram"], _MEMORY_UNITS, f"{where} mem_usage.used_vram")
         for sensor in ("hotspot", "edge"):
             if sensor in temperature:
                 value = _unit_value(temperature[sensor], {"C": 1}, f"{where} temperature.{sensor}")

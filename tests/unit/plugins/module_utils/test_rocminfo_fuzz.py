@@ -19,7 +19,7 @@ EXPECTED = {name: parse_rocminfo(text) for name, text in SAMPLES.items()}
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def outcome(text, name):
+def outcome(text):
     try:
         facts = parse_rocminfo(text)
     except RocminfoError as err:
@@ -36,7 +36,7 @@ def outcome(text, name):
 
 
 def assert_same_or_error(text, name):
-    facts = outcome(text, name)
+    facts = outcome(text)
     if facts is not None:
         assert facts["rocm_gpu_count"] == EXPECTED[name]["rocm_gpu_count"]
         assert facts["rocm_gfx_archs"] == EXPECTED[name]["rocm_gfx_archs"]
