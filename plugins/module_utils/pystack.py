@@ -1,0 +1,124 @@
+# Copyright: instinct.finetune contributors
+# Apache License 2.0 (see LICENSE)
+"""Pure helpers for the Python training stack: which interpreter, which requirements, which
+node builds which wheel, and what a torch probe says is wrong."""
+
+from __future__ import absolute_import, division, print_function
+
+from packaging.requirements import Requirement  # controller side only; ansible-core depends on it
+
+__metaclass__ = type
+
+PYTHON_SOURCES = ("auto", "deadsnakes", "os", "path")
+
+
+def _version_tuple(text):
+    try:
+        return tuple(int(part) for part in str(text).strip().split(".")[:2])
+    except ValueError as err:
+        raise ValueError(f"'{text}' is not a MAJOR.MINOR Python version") from err
+
+
+def python_source(requested, distribution, distribution_version, os_python_version, min_version="3.11"):
+    """Resolve ``instinct_python_source``: ``auto`` picks the OS Python where it is new enough and
+    the deadsnakes PPA on Ubuntu where it is not. Raises ValueError with the fix otherwise."""
+    if requested not in PYTHON_SOURCES:
+        raise ValueError(f"'{requested}' is not a Python source; use one of {', '.join(PYTHON_SOURCES)}")
+    os_new_enough = bool(os_python_version) and _version_tuple(os_python_version) >= _version_tuple(min_version)
+    if requested == "os" and not os_new_enough:
+        raise ValueError(
+            f"the OS Python of {distribution} {distribution_version} is {os_python_version or 'missing'}, "
+            f"older than {min_version}; use instinct_python_source: deadsnakes (Ubuntu) or path"
+        )
+    if requested == "deadsnakes" and distribution != "Ubuntu":
+        raise ValueError(
+            f"the deadsnakes PPA builds for Ubuntu only, not {distribution}; use instinct_python_source: os or path"
+        )
+    if requested != "auto":
+        return requested
+    if os_new_enough:
+        return "os"
+    if distribution == "Ubuntu":
+        return "deadsnakes"
+    raise ValueError(
+        f"{distribution} {distribution_version} has Python {os_python_version or 'missing'}, older than "
+        f"{min_version}, and no known package source; set instinct_python_source: path and instinct_python_path"
+    )
+
+
+def _canonical(name):
+    return str(name).strip().lower().replace("_", "-").replace(".", "-")
+
+
+def pip_requirements(report, extras=None, exclude=None):
+    """The dependencies of the one package in a ``pip install --dry-run --report`` document, with
+    markers evaluated for the target environment the report describes and ``exclude`` left out.
+
+    Returns requirement strings without markers (``["accelerate<=1.11.0,>=1.3.0", ...]``)."""
+    install = (report or {}).get("install") or []
+    if len(install) != 1:
+        raise ValueError(f"expected a report on exactly one package, got {len(install)}")
+    metadata = install[0].get("metadata") or {}
+    environment = dict((report or {}).get("environment") or {})
+    extras = [_canonical(e) for e in (extras or [])]
+    excluded = {_canonical(e) for e in (exclude or [])}
+    known_extras = {_canonical(e) for e in metadata.get("provides_extra") or []}
+    unknown = [e for e in extras if e not in known_extras]
+    if unknown:
+        raise ValueError(
+            f"{metadata.get('name')} {metadata.get('version')} has no extra(s) {', '.join(unknown)}; "
+            f"it offers: {', '.join(sorted(known_extras)) or 'none'}"
+        )
+    wanted = []
+    for line in metadata.get("requires_dist") or []:
+        req = Requirement(line)
+        if _canonical(req.name) in excluded:
+            continue
+        if req.marker is not None:
+            contexts = [dict(environment, extra=e) for e in ["", *extras]]
+            if not any(req.marker.evaluate(ctx) for ctx in contexts):
+                continue
+        spec = f"{req.name}[{','.join(sorted(req.extras))}]" if req.extras else req.name
+        text = spec + str(req.specifier)
+        if text not in wanted:
+            wanted.append(text)
+    return wanted
+
+
+def wheel_build_plan(hosts, archs_by_host):
+    """Group hosts by the arch set they need; the first host (inventory order) of each set builds.
+
+    ``archs_by_host`` maps host -> PYTORCH_ROCM_ARCH string (``"gfx942"``; ``"cpu"`` for no GPU).
+    Returns ``{arch_key: {"builder": host, "hosts": [...], "archs": "gfx90a;gfx942"}}`` where
+    ``arch_key`` is safe in a path (``gfx90a-gfx942``)."""
+    plan = {}
+    for host in hosts:
+        if host not in archs_by_host:
+            raise ValueError(f"no arch set known for host {host}")
+        archs = str(archs_by_host[host])
+        key = archs.replace(";", "-")
+        entry = plan.setdefault(key, {"builder": host, "hosts": [], "archs": archs})
+        entry["hosts"].append(host)
+    return plan
+
+
+def torch_problems(probe, gfx_archs, gpu_count, allow_no_gpu=False):
+    """What a torch probe (``torch_probe.py`` JSON) says is wrong on a node, as sentences."""
+    problems = []
+    gpu_count = int(gpu_count or 0)
+    if gpu_count == 0:
+        if not allow_no_gpu:
+            problems.append("the node has no GPU and allow_no_gpu is false")
+        return problems
+    if not probe.get("hip"):
+        problems.append(
+            f"torch {probe.get('version')} is not a ROCm build (torch.version.hip is unset, cuda={probe.get('cuda')})"
+        )
+    if int(probe.get("device_count") or 0) != gpu_count:
+        problems.append(f"torch sees {probe.get('device_count')} GPU(s), rocminfo reports {gpu_count}")
+    compiled = probe.get("arch_list") or []
+    compiled_base = {str(a).split(":")[0] for a in compiled}
+    missing = [a for a in gfx_archs or [] if a not in compiled_base]
+    if missing:
+        problems.append(f"torch has no kernels for {', '.join(missing)} (built for {', '.join(compiled) or 'nothing'})")
+    return problems

@@ -1,0 +1,163 @@
+import json
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.instinct.finetune.plugins.filter.build import FilterModule as BuildFilters
+from ansible_collections.instinct.finetune.plugins.filter.pystack import FilterModule
+from ansible_collections.instinct.finetune.plugins.module_utils.rocminfo import parse_rocminfo
+from tests.unit.conftest import FIXTURES
+
+FILTERS = FilterModule().filters()
+python_source = FILTERS["python_source"]
+pip_requirements = FILTERS["pip_requirements"]
+wheel_build_plan = FILTERS["wheel_build_plan"]
+torch_problems = FILTERS["torch_problems"]
+pytorch_rocm_arch = BuildFilters().filters()["pytorch_rocm_arch"]
+
+LF_REPORT = json.loads((FIXTURES / "pip" / "llamafactory-0.9.5-report.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("requested", "distribution", "version", "os_python", "resolved"),
+    [
+        ("auto", "Ubuntu", "22.04", "3.10", "deadsnakes"),  # jammy's python3.11 is an rc
+        ("auto", "Ubuntu", "24.04", "3.12", "os"),
+        ("auto", "Debian", "12", "3.11", "os"),
+        ("auto", "Ubuntu", "22.04", "", "deadsnakes"),
+        ("path", "Ubuntu", "22.04", "3.10", "path"),
+        ("deadsnakes", "Ubuntu", "24.04", "3.12", "deadsnakes"),
+        ("os", "Debian", "12", "3.11", "os"),
+    ],
+)
+def test_python_source(requested, distribution, version, os_python, resolved):
+    assert python_source(requested, distribution, version, os_python, "3.11") == resolved
+
+
+@pytest.mark.parametrize(
+    ("requested", "distribution", "version", "os_python", "message"),
+    [
+        ("os", "Ubuntu", "22.04", "3.10", "older than 3.11; use instinct_python_source: deadsnakes"),
+        ("deadsnakes", "Debian", "12", "3.11", "Ubuntu only, not Debian"),
+        ("auto", "Debian", "11", "3.9", "set instinct_python_source: path"),
+        ("conda", "Ubuntu", "22.04", "3.10", "'conda' is not a Python source"),
+    ],
+)
+def test_python_source_refuses_with_the_fix(requested, distribution, version, os_python, message):
+    with pytest.raises(AnsibleFilterError, match="python_source") as err:
+        python_source(requested, distribution, version, os_python, "3.11")
+    assert message in str(err.value)
+
+
+def test_pip_requirements_of_llamafactory_without_the_missing_companions():
+    reqs = pip_requirements(LF_REPORT, [], ["torchvision", "torchaudio"])
+    names = [r.split("<")[0].split(">")[0].split("=")[0].split("!")[0] for r in reqs]
+    assert "torchvision" not in names and "torchaudio" not in names
+    # torch stays: the installed build satisfies it, under the constraints file
+    assert "torch>=2.4.0" in reqs
+    assert "transformers!=4.52.0,!=4.57.0,<=5.6.0,>=4.55.0" in reqs
+    assert "peft<=0.18.1,>=0.18.0" in reqs
+    assert len(reqs) == len(LF_REPORT["install"][0]["metadata"]["requires_dist"]) - 2
+
+
+def test_pip_requirements_keeps_everything_when_nothing_is_missing():
+    reqs = pip_requirements(LF_REPORT)
+    assert "torchvision>=0.19.0" in reqs and "torchaudio>=2.4.0" in reqs
+
+
+def test_pip_requirements_evaluates_markers_for_the_target_and_the_extras():
+    report = {
+        "environment": dict(LF_REPORT["environment"], python_version="3.11", sys_platform="linux"),
+        "install": [
+            {
+                "metadata": {
+                    "name": "demo",
+                    "version": "1.0",
+                    "provides_extra": ["deepspeed", "metrics"],
+                    "requires_dist": [
+                        "numpy",
+                        "tomli; python_version < '3.11'",
+                        "pywin32; sys_platform == 'win32'",
+                        "deepspeed<=0.16.9,>=0.10.0; extra == 'deepspeed'",
+                        "nltk; extra == 'metrics'",
+                        "uvicorn[standard]>=0.20",
+                    ],
+                }
+            }
+        ],
+    }
+    assert pip_requirements(report, ["deepspeed"]) == ["numpy", "deepspeed<=0.16.9,>=0.10.0", "uvicorn[standard]>=0.20"]
+
+
+def test_pip_requirements_names_an_unknown_extra():
+    with pytest.raises(AnsibleFilterError, match=r"has no extra.*metrics.*offers: none"):
+        pip_requirements(LF_REPORT, ["metrics"])
+
+
+def test_pip_requirements_needs_one_package():
+    with pytest.raises(AnsibleFilterError, match="exactly one package"):
+        pip_requirements({"install": []})
+
+
+def _archs(fixture):
+    return parse_rocminfo((FIXTURES / "rocminfo" / fixture).read_text())["rocm_gfx_archs"]
+
+
+def test_wheel_build_plan_for_a_mixed_cluster_from_recorded_rocminfo():
+    mi300x = pytorch_rocm_arch(_archs("mi300x-8gpu.txt"))
+    mi100 = pytorch_rocm_arch(_archs("mi100-plus-igpu.txt"))
+    hosts = ["a1", "b1", "a2", "b2"]
+    plan = wheel_build_plan(hosts, {"a1": mi300x, "a2": mi300x, "b1": mi100, "b2": mi100})
+    assert mi300x == "gfx942"
+    assert plan["gfx942"] == {"builder": "a1", "hosts": ["a1", "a2"], "archs": "gfx942"}
+    assert plan[mi100.replace(";", "-")]["builder"] == "b1"
+    assert plan[mi100.replace(";", "-")]["hosts"] == ["b1", "b2"]
+    assert len(plan) == 2
+
+
+def test_wheel_build_plan_keys_are_path_safe_and_one_set_builds_once():
+    plan = wheel_build_plan(["n1", "n2"], {"n1": "gfx90a;gfx942", "n2": "gfx90a;gfx942"})
+    assert plan == {"gfx90a-gfx942": {"builder": "n1", "hosts": ["n1", "n2"], "archs": "gfx90a;gfx942"}}
+
+
+def test_wheel_build_plan_needs_every_host():
+    with pytest.raises(AnsibleFilterError, match="no arch set known for host n2"):
+        wheel_build_plan(["n1", "n2"], {"n1": "gfx942"})
+
+
+ROCM_PROBE = {
+    "version": "2.10.0+rocm7.0",
+    "hip": "7.0.51831",
+    "cuda": None,
+    "available": True,
+    "device_count": 8,
+    "arch_list": ["gfx900", "gfx906", "gfx908", "gfx90a", "gfx942", "gfx1030", "gfx1100"],
+}
+
+
+def test_torch_problems_none_for_a_matching_rocm_build():
+    assert torch_problems(ROCM_PROBE, ["gfx942"], 8) == []
+
+
+def test_torch_problems_for_a_build_without_the_nodes_arch():
+    probe = dict(ROCM_PROBE, arch_list=["gfx90a"])
+    assert torch_problems(probe, ["gfx942"], 8) == ["torch has no kernels for gfx942 (built for gfx90a)"]
+
+
+def test_torch_problems_for_a_cuda_or_cpu_build_on_a_gpu_node():
+    probe = {"version": "2.13.0+cpu", "hip": None, "cuda": None, "device_count": 0, "arch_list": []}
+    problems = torch_problems(probe, ["gfx942"], 8)
+    assert problems[0].startswith("torch 2.13.0+cpu is not a ROCm build")
+    assert "torch sees 0 GPU(s), rocminfo reports 8" in problems
+    assert "torch has no kernels for gfx942 (built for nothing)" in problems
+
+
+def test_torch_problems_without_gpu():
+    probe = {"version": "2.13.0+cpu", "hip": None, "device_count": 0, "arch_list": []}
+    assert torch_problems(probe, [], 0, True) == []
+    assert torch_problems(probe, [], 0, False) == ["the node has no GPU and allow_no_gpu is false"]
+
+
+def test_torch_problems_accepts_feature_suffixes_in_the_arch_list():
+    probe = dict(ROCM_PROBE, arch_list=["gfx942:sramecc+:xnack-"], device_count=1)
+    assert torch_problems(probe, ["gfx942"], 1) == []
