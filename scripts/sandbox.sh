@@ -35,6 +35,7 @@ ansible-playbook -i "$inventory" molecule/resources/sandbox/up.yml
 ansible-playbook -i "$inventory" molecule/resources/sim-node/repo-up.yml
 ansible-playbook -i "$inventory" molecule/resources/sim-node/node-prepare.yml \
   -e "sim_repo_base_url=http://$SIM_GATEWAY:$SIM_REPO_PORT"
+ansible-playbook -i "$inventory" molecule/resources/site-python/prepare.yml
 start=$SECONDS
 # The simulated repository's URL and key fingerprint replace AMD's for this run only.
 ansible-playbook -i "$inventory" playbooks/site.yml -e "@$SIM_VARS_FILE" "$@"

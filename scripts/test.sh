@@ -76,6 +76,10 @@ do_collection() {
 }
 
 do_images() {
+  if [[ -z $INSTINCT_SITE_PYTHON || ! -x $INSTINCT_SITE_PYTHON/bin/python3.11 ]]; then
+    echo "the stack scenarios need a CPython 3.11 prefix in INSTINCT_SITE_PYTHON (got '$INSTINCT_SITE_PYTHON')" >&2
+    return 1
+  fi
   bash scripts/ensure-docker.sh
   INSTINCT_IMAGE_JAMMY=$(molecule/resources/images/build.sh jammy)
   INSTINCT_IMAGE_JAMMY_SYSTEMD=$(molecule/resources/images/build.sh jammy-systemd)
