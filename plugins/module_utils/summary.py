@@ -6,6 +6,22 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+
+def _deepspeed(report):
+    if not report:
+        return None
+    ops = report.get("installed_ops") or []
+    return f"{report.get('deepspeed_version')} ({len(ops)} ops)"
+
+
+def _llama_factory(variables):
+    if not variables.get("llama_factory_cli"):
+        return None
+    left_out = variables.get("llama_factory_left_out") or []
+    version = variables.get("llama_factory_version")
+    return f"{version} (no {'/'.join(left_out)})" if left_out else version
+
+
 # (column title, how to read it from a host's variables); later stages add their columns here.
 COLUMNS = (
     ("node", lambda v: v.get("inventory_hostname", "")),
@@ -14,6 +30,9 @@ COLUMNS = (
     ("gfx", lambda v: ",".join(v.get("rocm_gfx_archs") or []) or None),
     ("GPUs", lambda v: v.get("rocm_gpu_count")),
     ("PCI GPUs", lambda v: v.get("preflight_pci_gpu_count")),
+    ("torch", lambda v: (v.get("pytorch_probe") or {}).get("version")),
+    ("DeepSpeed", lambda v: _deepspeed(v.get("deepspeed_report"))),
+    ("LLaMA-Factory", _llama_factory),
 )
 
 

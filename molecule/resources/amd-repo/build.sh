@@ -147,6 +147,9 @@ rec mi100-igpu rocminfo_--support rocminfo/mi100-plus-igpu.txt
 # mi300a: 1 MI300A APU engineering sample (gfx940); no PCI recording
 rec mi300a rocminfo rocminfo/mi300a.txt
 rec mi300a rocminfo_--support rocminfo/mi300a.txt
+# mi250x-gfx90a: 1 MI250X GCD (gfx90a) and 4 CPU agents, recorded on LUMI; no smi or PCI recording
+rec mi250x-gfx90a rocminfo rocminfo/mi250x-gfx90a.txt
+rec mi250x-gfx90a rocminfo_--support rocminfo/mi250x-gfx90a.txt
 finish "$STAGE/simpool"
 SIM_DEB=$(ls "$STAGE"/simpool/pool/main/i/instinct-sim-profiles/*.deb)
 

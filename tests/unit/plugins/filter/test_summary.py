@@ -7,6 +7,20 @@ HOSTVARS = {
         "rocm_gfx_archs": ["gfx942"],
         "rocm_gpu_count": 8,
         "preflight_pci_gpu_count": 8,
+        "pytorch_probe": {"version": "2.10.0+rocm7.0"},
+        "deepspeed_report": {"deepspeed_version": "0.16.9", "installed_ops": ["cpu_adam", "fused_adam"]},
+        "llama_factory_cli": {"rc": 0},
+        "llama_factory_version": "0.9.5",
+        "llama_factory_left_out": [],
+    },
+    # A CPU node whose torch source had no torchvision/torchaudio.
+    "cpu-01": {
+        "ansible_facts": {"distribution": "Ubuntu", "distribution_version": "22.04"},
+        "pytorch_probe": {"version": "2.13.0+cpu"},
+        "deepspeed_report": {"deepspeed_version": "0.16.9", "installed_ops": ["cpu_adam"]},
+        "llama_factory_cli": {"rc": 0},
+        "llama_factory_version": "0.9.5",
+        "llama_factory_left_out": ["torchvision", "torchaudio"],
     },
     # A node where the play stopped after preflight.
     "mi300x-02": {"ansible_facts": {"distribution": "Ubuntu", "distribution_version": "22.04"}},
@@ -14,11 +28,18 @@ HOSTVARS = {
 
 
 def test_one_aligned_row_per_node_with_dashes_for_stages_that_did_not_run():
-    lines = node_summary(HOSTVARS, ["mi300x-01", "mi300x-02"])
-    assert lines[0].split(" | ") == ["node     ", "OS          ", "ROCm ", "gfx   ", "GPUs", "PCI GPUs"]
+    lines = node_summary(HOSTVARS, ["mi300x-01", "mi300x-02", "cpu-01"])
+    assert [cell.strip() for cell in lines[0].split(" | ")] == [
+        "node", "OS", "ROCm", "gfx", "GPUs", "PCI GPUs", "torch", "DeepSpeed", "LLaMA-Factory",
+    ]  # fmt: skip
     assert set(lines[1]) <= {"-", "+"}
     assert [cell.strip() for cell in lines[2].split("|")] == [
-        "mi300x-01", "Ubuntu 22.04", "7.0.2", "gfx942", "8", "8",
+        "mi300x-01", "Ubuntu 22.04", "7.0.2", "gfx942", "8", "8", "2.10.0+rocm7.0", "0.16.9 (2 ops)", "0.9.5",
     ]  # fmt: skip
-    assert [cell.strip() for cell in lines[3].split("|")] == ["mi300x-02", "Ubuntu 22.04", "-", "-", "-", "-"]
-    assert len({len(line.rstrip()) for line in lines[:2]}) == 1
+    assert [cell.strip() for cell in lines[3].split("|")] == ["mi300x-02", "Ubuntu 22.04"] + ["-"] * 7
+    assert [cell.strip() for cell in lines[4].split("|")][6:] == [
+        "2.13.0+cpu", "0.16.9 (1 ops)", "0.9.5 (no torchvision/torchaudio)",
+    ]  # fmt: skip
+    bars = [i for i, c in enumerate(lines[0]) if c == "|"]
+    assert bars == [i for i, c in enumerate(lines[1]) if c == "+"]
+    assert all([i for i, c in enumerate(line) if c == "|"] == bars for line in lines[2:])

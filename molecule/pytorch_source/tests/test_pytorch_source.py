@@ -1,0 +1,148 @@
+"""Verify PyTorch's source path on the three simulated nodes: one build per arch set (node1 builds for
+gfx942 and shares with node2, node3 builds for gfx90a), for 2.10.0 and again for 2.10.1, and the
+stand-in torch that each node's venv ends with. The stand-in records the build it went through
+(molecule/resources/pytorch-src); the arch lists come from real rocminfo recordings."""
+
+import json
+
+import pytest
+import testinfra
+
+SIM_BASE = "http://172.30.40.1:8768"
+# node: (arch set, whether it is the node that builds for that set)
+NODES = {
+    "instinct-src-node1": ("gfx942", True),
+    "instinct-src-node2": ("gfx942", False),
+    "instinct-src-node3": ("gfx90a", True),
+}
+VERSIONS = ("2.10.0", "2.10.1")
+VENV = "/opt/instinct/venv"
+
+
+def wheel_path(version, arch):
+    return f"/opt/instinct/wheels/torch/{version}/{arch}/torch-{version}-py3-none-any.whl"
+
+
+def build_log(version, arch):
+    return f"/var/log/instinct-finetune/build-torch-{version}-{arch}.log"
+
+
+@pytest.fixture(scope="module")
+def node(host):
+    return NODES[host.backend.get_hostname()]
+
+
+@pytest.fixture(scope="module")
+def max_jobs(host):
+    """MAX_JOBS by the rule of plugins/module_utils/build.py build_jobs: one per core, at most one
+    per 4 GiB of memory, at least one; cores and memory as the container sees them."""
+    cores = int(host.check_output("nproc"))
+    memtotal_mb = int(host.check_output("awk '/^MemTotal:/ {print $2}' /proc/meminfo")) // 1024
+    return max(1, min(cores, memtotal_mb // (4 * 1024)))
+
+
+def peer(name):
+    return testinfra.get_host(f"docker://{name}")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_only_the_first_node_of_each_arch_set_built(host, node, version):
+    arch, builds = node
+    log = host.file(build_log(version, arch))
+    record = host.file(f"/opt/instinct/wheels/torch/{version}/{arch}/BUILD-INFO.json")
+    assert log.exists == builds
+    assert record.exists == builds
+    assert host.file(wheel_path(version, arch)).exists
+    if builds:
+        assert "[5/5] build record" in log.content_string
+        assert log.user == "instinct"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_build_record_has_the_arch_set_and_parallelism(host, node, max_jobs, version):
+    arch, builds = node
+    info = host.file(f"/opt/instinct/wheels/torch/{version}/{arch}/BUILD-INFO.json")
+    if not builds:
+        # node2's set is built by node1: it gets the wheel only, and never clones or builds.
+        assert not info.exists
+        assert not host.file(f"/opt/instinct/build/src/pytorch-{version}").exists
+        return
+    record = json.loads(info.content_string)
+    env = record["env"]
+    assert env["PYTORCH_ROCM_ARCH"] == arch
+    assert env["MAX_JOBS"] == str(max_jobs)
+    assert env["USE_ROCM"] == "1"
+    assert env["USE_CUDA"] == "0"
+    assert env["CMAKE_CXX_COMPILER_LAUNCHER"] == "ccache"
+    assert env["PYTORCH_BUILD_VERSION"] == version
+    # the commit of the clone, which is the tag's (the tree at the tag says its own version)
+    src = f"/opt/instinct/build/src/pytorch-{version}"
+    assert record["commit"] == host.check_output(f"sudo -u instinct git -C {src} rev-parse HEAD")
+    assert host.file(f"{src}/version.txt").content_string.strip() == version
+    if version == "2.10.1":
+        # the side effect pinned v2.10.1's commit: the script checked the clone against it
+        script = host.file(f"/opt/instinct/build/build-torch-{version}-{arch}.sh").content_string
+        assert f'if [ "$commit" != {record["commit"]} ]; then' in script
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_hipify_ran_before_the_wheel_build(host, node, version):
+    arch, builds = node
+    marker = host.file(f"/opt/instinct/build/src/pytorch-{version}/build/hipify-stand-in.json")
+    assert marker.exists == builds
+    if not builds:
+        return
+    assert json.loads(marker.content_string)["PYTORCH_ROCM_ARCH"] == arch
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_node2_got_node1s_wheel_and_node3_its_own(version):
+    node1, node2, node3 = (peer(name) for name in NODES)
+    sha = {}
+    for name, remote in (("node1", node1), ("node2", node2)):
+        sha[name] = remote.check_output(f"sha256sum {wheel_path(version, 'gfx942')}").split()[0]
+    sha["node3"] = node3.check_output(f"sha256sum {wheel_path(version, 'gfx90a')}").split()[0]
+    assert sha["node2"] == sha["node1"]
+    assert sha["node3"] != sha["node1"]
+    copy = node2.file(wheel_path(version, "gfx942"))
+    assert (copy.user, copy.group, copy.mode) == ("instinct", "instinct", 0o644)
+
+
+def test_venv_holds_the_stand_in_torch_of_its_arch_set(host, node):
+    arch, _ = node
+    probe = "import json, torch; print(json.dumps(dict(torch._stand_in_build, file=torch.__file__)))"
+    built = json.loads(host.check_output(f"cd / && {VENV}/bin/python -c '{probe}'"))
+    assert built["version"] == "2.10.1"
+    assert built["source_version"] == "2.10.1"
+    assert built["file"].startswith(f"{VENV}/lib/")
+    assert built["env"]["PYTORCH_ROCM_ARCH"] == arch
+    assert built["env"]["USE_ROCM"] == "1"
+    assert built["hipify_ran"] is True
+    # v2.10.1 pins the second commit of the submodule: --recurse-submodules checked out the pinned one
+    assert built["submodule_revision"] == "stand-in third-party revision 2"
+    packages = json.loads(host.check_output(f"{VENV}/bin/python -m pip list --format=json"))
+    assert [p["version"] for p in packages if p["name"] == "torch"] == ["2.10.1"]
+
+
+def test_build_script_sets_the_rocm_build_environment(host, node, max_jobs):
+    arch, _ = node
+    script = host.file(f"/opt/instinct/build/build-torch-2.10.0-{arch}.sh")
+    assert script.mode == 0o755
+    lines = script.content_string.splitlines()
+    for line in (
+        f"export PYTORCH_ROCM_ARCH={arch}",
+        "export USE_ROCM=1",
+        f"export MAX_JOBS={max_jobs}",
+        "export CMAKE_CXX_COMPILER_LAUNCHER=ccache",
+        "export PYTORCH_BUILD_VERSION=2.10.0",
+        "python tools/amd_build/build_amd.py",
+        'python -m pip wheel --no-build-isolation --no-deps --wheel-dir "$WHEEL_BUILD_OUT" .',
+    ):
+        assert line in lines
+    clone = " ".join(lines[next(i for i, x in enumerate(lines) if "git clone" in x) :][:2])
+    assert "--depth 1 --branch v2.10.0 --recurse-submodules --shallow-submodules" in clone
+    assert f"{SIM_BASE}/git/pytorch.git" in clone
+    # converge pins no commit; the side effect pins v2.10.1's, and its script checks it
+    assert "refusing to build" not in script.content_string
+    rerun = host.file(f"/opt/instinct/build/build-torch-2.10.1-{arch}.sh").content_string
+    assert "refusing to build" in rerun
