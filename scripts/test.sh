@@ -30,6 +30,13 @@ stage() {
 do_venv() { bash scripts/bootstrap-venv.sh; }
 
 do_lint() {
+  # An installed copy of this collection (left by an older molecule prerun) would shadow the
+  # checkout for ansible-lint.
+  local stale=$HOME/.ansible/collections/ansible_collections/instinct/finetune
+  if [[ -f $stale/MANIFEST.json && ! -L $stale ]]; then
+    echo "removing the stale installed copy $stale"
+    rm -rf "$stale"
+  fi
   stage "ruff" ruff check .
   stage "ruff format" ruff format --check .
   stage "yamllint" yamllint --strict .
@@ -63,7 +70,7 @@ do_collection() {
     ansible-galaxy collection install --offline --no-deps -p "$tmp/installed" dist/instinct-finetune-*.tar.gz
     ansible-galaxy collection list instinct.finetune | grep -E '^instinct\.finetune +0\.1\.0'
     ansible-doc -l instinct.finetune | tee /dev/stderr | grep -q 'instinct.finetune.rocminfo_facts'
-    for module in rocminfo_facts rocm_smi_facts; do
+    for module in rocminfo_facts rocm_smi_facts fabric_iface; do
       ansible-doc "instinct.finetune.$module" | grep -q 'EXAMPLES'
     done
     ansible-doc -t filter -l instinct.finetune | grep -q 'instinct.finetune.supported_platform'
