@@ -33,6 +33,7 @@ COLUMNS = (
     ("torch", lambda v: (v.get("pytorch_probe") or {}).get("version")),
     ("DeepSpeed", lambda v: _deepspeed(v.get("deepspeed_report"))),
     ("LLaMA-Factory", _llama_factory),
+    ("fabric NIC", lambda v: f"{v['fabric_ifname']} {v.get('fabric_address')}" if v.get("fabric_ifname") else None),
 )
 
 
