@@ -15,10 +15,10 @@ def _deepspeed(report):
 
 
 def _llama_factory(variables):
-    if not variables.get("llama_factory_cli"):
+    version = variables.get("llama_factory_installed_version")
+    if not version:
         return None
     left_out = variables.get("llama_factory_left_out") or []
-    version = variables.get("llama_factory_version")
     return f"{version} (no {'/'.join(left_out)})" if left_out else version
 
 
