@@ -45,14 +45,8 @@ options:
     description: The iproute2 C(ip) executable.
     type: str
     default: ip
-attributes:
-  check_mode:
-    support: full
-    description: Runs the same way in check mode; it only reads.
-  diff_mode:
-    support: none
-  facts:
-    support: full
+extends_documentation_fragment:
+  - instinct.finetune.read_only_facts
 seealso:
   - module: instinct.finetune.rocminfo_facts
 """

@@ -53,14 +53,8 @@ options:
     description: Return an empty GPU list instead of failing when the tool lists no GPU.
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-    description: Runs the same way in check mode; it only reads.
-  diff_mode:
-    support: none
-  facts:
-    support: full
+extends_documentation_fragment:
+  - instinct.finetune.read_only_facts
 notes:
   - amd-smi prints memory in MB meaning MiB (it divides bytes by 1024*1024); the module returns
     bytes as value * 1048576, which can be up to 1 MiB under the device's exact byte count.

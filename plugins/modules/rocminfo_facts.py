@@ -36,14 +36,8 @@ options:
     description: Return zero GPUs instead of failing when rocminfo lists only CPU agents.
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-    description: Runs the same way in check mode; it only reads.
-  diff_mode:
-    support: none
-  facts:
-    support: full
+extends_documentation_fragment:
+  - instinct.finetune.read_only_facts
 notes:
   - rocminfo exits non-zero when it cannot open C(/dev/kfd); the module reads its output either way
     to say why.
