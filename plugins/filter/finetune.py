@@ -1,0 +1,34 @@
+"""Filters for fine-tune jobs: the files of a job, its checks, and its state across the nodes."""
+
+from __future__ import absolute_import, division, print_function
+
+from ansible_collections.instinct.finetune.plugins.filter.build import _wrap
+from ansible_collections.instinct.finetune.plugins.module_utils import jobspec, jobstate
+
+__metaclass__ = type
+
+
+def finetune_plan(hostvars, ranks, status_var="finetune_status_raw"):
+    """jobstate.plan_launch over the status each rank registered."""
+    return jobstate.plan_launch({host: hostvars[host][status_var] for host in ranks}, ranks)
+
+
+def finetune_round(hostvars, ranks, status_var="finetune_watch"):
+    """jobstate.round_summary over the status each rank registered in the last watch round."""
+    return jobstate.round_summary({host: hostvars[host][status_var] for host in ranks}, ranks)
+
+
+class FilterModule:
+    """Fine-tune job filters."""
+
+    def filters(self):
+        return {
+            "finetune_job_files": _wrap(jobspec.job_files),
+            "finetune_eval_args": _wrap(jobspec.eval_args),
+            "finetune_dataset_info": _wrap(jobspec.dataset_info),
+            "finetune_job_problems": _wrap(jobspec.job_problems),
+            "finetune_plan": _wrap(finetune_plan),
+            "finetune_round": _wrap(finetune_round),
+            "perplexity": _wrap(jobspec.perplexity),
+            "env_file": _wrap(jobspec.parse_env_file),
+        }

@@ -1,0 +1,225 @@
+#!/usr/bin/python
+# Copyright: instinct.finetune contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: finetune_job_status
+short_description: Read where one node's part of a fine-tune job stands
+version_added: 0.1.0
+author: instinct.finetune maintainers
+description:
+  - Reads the job's systemd unit (C(systemctl show)), the exit record its C(ExecStopPost) writes,
+    the fingerprint of the settings it was launched with, LLaMA-Factory's C(trainer_log.jsonl), the
+    C(checkpoint-N) folders of the output directory and the last lines of the node's training log.
+  - Turns them into one O(state) per node, which the finetune role combines across the nodes to
+    launch, resume, watch or stop a job.
+  - Never changes anything on the host.
+options:
+  unit:
+    description: The systemd unit of the job on this node.
+    type: str
+    required: true
+  exit_file:
+    description: The file the unit's C(ExecStopPost) writes (C(result= code= status=)).
+    type: path
+    required: true
+  fingerprint_file:
+    description: The file holding the fingerprint of the settings the job was launched with.
+    type: path
+    required: true
+  fingerprint:
+    description: The fingerprint of the settings wanted now; a finished job with another one is C(stale).
+    type: str
+    default: ""
+  output_dir:
+    description: LLaMA-Factory's C(output_dir) on this node.
+    type: path
+    required: true
+  log_path:
+    description: The training log of this node.
+    type: path
+    required: true
+  tail_lines:
+    description: How many of the log's last lines to return.
+    type: int
+    default: 25
+  wait_seconds:
+    description:
+      - While the job runs on this node, keep reading for up to this many seconds and return as soon
+        as it is no longer running; the finetune role's watch rounds use it to report progress at an
+        interval without a retry line per poll.
+    type: int
+    default: 0
+attributes:
+  check_mode:
+    support: full
+    description: Runs the same way in check mode; it only reads.
+  diff_mode:
+    support: none
+seealso:
+  - module: instinct.finetune.fabric_iface
+"""
+
+EXAMPLES = r"""
+- name: Read the state of the job on every node
+  instinct.finetune.finetune_job_status:
+    unit: instinct-finetune-tiny-sft.service
+    exit_file: /var/lib/instinct-finetune/jobs/tiny-sft/exit-status
+    fingerprint_file: /var/lib/instinct-finetune/jobs/tiny-sft/fingerprint
+    fingerprint: "{{ finetune_fingerprint }}"
+    output_dir: /var/lib/instinct-finetune/jobs/tiny-sft/output
+    log_path: /var/log/instinct-finetune/tiny-sft/train.log
+  register: job
+"""
+
+RETURN = r"""
+state:
+  description:
+    - C(running) while the unit is active; C(succeeded) once it exited 0 with the wanted settings;
+      C(stale) if it exited 0 with other settings; C(failed) if it ended otherwise; C(absent) if it
+      never ran.
+  returned: always
+  type: str
+  sample: running
+unit:
+  description: The unit's ActiveState, SubState, Result, ExecMainStatus and MainPID.
+  returned: always
+  type: dict
+exit:
+  description: The exit record (C(result), C(code), C(status)), or null while none was written.
+  returned: always
+  type: dict
+fingerprint:
+  description: The fingerprint the job was launched with, empty if never launched.
+  returned: always
+  type: str
+progress:
+  description: Latest step, total steps, percentage, loss, eval loss, times, and the loss curve as [step, loss] pairs.
+  returned: always
+  type: dict
+  sample: {"current_steps": 12, "total_steps": 40, "loss": 2.31, "losses": [[5, 3.1], [10, 2.4]]}
+checkpoints:
+  description: The C(checkpoint-N) folders, by step, with whether each is complete.
+  returned: always
+  type: list
+  elements: dict
+log_tail:
+  description: The last O(tail_lines) lines of the training log.
+  returned: always
+  type: list
+  elements: str
+errors:
+  description:
+    - The last error lines of the training log (its last 2000 lines), without torchrun's and
+      LLaMA-Factory's wrappers around them; the cause of a failed rank.
+  returned: always
+  type: list
+  elements: str
+  sample: ["[rank1]: PermissionError: [Errno 13] Permission denied: '/var/lib/instinct-finetune/hf-home'"]
+"""
+
+import os
+import time
+from collections import deque
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.instinct.finetune.plugins.module_utils.jobstate import (
+    checkpoints,
+    node_state,
+    parse_exit_record,
+    parse_systemctl_show,
+    parse_trainer_log,
+    progress,
+    root_errors,
+)
+
+POLL_SECONDS = 2
+UNIT_PROPERTIES = ("ActiveState", "SubState", "Result", "ExecMainStatus", "MainPID")
+
+
+def _read(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _tail(path, lines):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return [line.rstrip("\n") for line in deque(handle, maxlen=lines)]
+    except OSError:
+        return []
+
+
+def _checkpoint_listing(output_dir):
+    listing = {}
+    try:
+        names = os.listdir(output_dir)
+    except OSError:
+        return listing
+    for name in names:
+        path = os.path.join(output_dir, name)
+        if name.startswith("checkpoint-") and os.path.isdir(path):
+            listing[name] = os.listdir(path)
+    return listing
+
+
+def _read_unit(module):
+    params = module.params
+    systemctl = module.get_bin_path("systemctl", required=True)
+    argv = [systemctl, "show", "--no-pager"]
+    for prop in UNIT_PROPERTIES:
+        argv += ["-p", prop]
+    rc, out, err = module.run_command(argv + [params["unit"]])
+    if rc != 0:
+        module.fail_json(msg=f"systemctl show {params['unit']} failed: {err.strip() or out.strip()}", rc=rc)
+    exit_record = parse_exit_record(_read(params["exit_file"]))
+    launched_with = (_read(params["fingerprint_file"]) or "").strip()
+    return parse_systemctl_show(out), exit_record, launched_with
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "unit": {"type": "str", "required": True},
+            "exit_file": {"type": "path", "required": True},
+            "fingerprint_file": {"type": "path", "required": True},
+            "fingerprint": {"type": "str", "default": ""},
+            "output_dir": {"type": "path", "required": True},
+            "log_path": {"type": "path", "required": True},
+            "tail_lines": {"type": "int", "default": 25},
+            "wait_seconds": {"type": "int", "default": 0},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    deadline = time.monotonic() + max(params["wait_seconds"], 0)
+    while True:
+        unit, exit_record, launched_with = _read_unit(module)
+        state = node_state(unit, exit_record, launched_with, params["fingerprint"])
+        if state != "running" or time.monotonic() >= deadline:
+            break
+        time.sleep(min(POLL_SECONDS, max(deadline - time.monotonic(), 0)))
+    trainer_log = _read(os.path.join(params["output_dir"], "trainer_log.jsonl"))
+    module.exit_json(
+        changed=False,
+        state=state,
+        unit=unit,
+        exit=exit_record,
+        fingerprint=launched_with,
+        progress=progress(parse_trainer_log(trainer_log)),
+        checkpoints=checkpoints(_checkpoint_listing(params["output_dir"])),
+        log_tail=_tail(params["log_path"], params["tail_lines"]),
+        errors=root_errors(_tail(params["log_path"], 2000)),
+    )
+
+
+if __name__ == "__main__":
+    main()
