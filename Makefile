@@ -1,5 +1,5 @@
 # Entry points; each is a thin wrapper around a script in scripts/ that also runs on its own.
-.PHONY: venv test lint unit molecule sandbox collection bench clean
+.PHONY: venv test lint unit molecule e2e sandbox collection bench bench-sandbox clean
 
 venv:         ## create or refresh .venv/ (pinned tools and collections)
 	bash scripts/bootstrap-venv.sh
@@ -19,11 +19,18 @@ collection:   ## build the collection tarball and install it into a temp path
 molecule:     ## every molecule scenario (MOLECULE_SCENARIOS="a b" to choose)
 	bash scripts/test.sh venv molecule
 
+e2e:          ## the sandbox cluster end to end: site.yml, a re-run, a killed rank and its resume
+	bash scripts/test.sh venv e2e
+
 sandbox:      ## the main job: site.yml on the local sandbox cluster
 	bash scripts/sandbox.sh
 
 bench:        ## benchmarks that print figures against their targets
 	bash scripts/bootstrap-venv.sh && .venv/bin/python bench/bench_probes.py
+
+bench-sandbox: ## wall time of site.yml on the sandbox cluster by stage (BENCH_ARGS=--fresh for a first run)
+	bash scripts/bootstrap-venv.sh && bash scripts/ensure-docker.sh && \
+	  bash -c 'source scripts/env.sh && export INSTINCT_IMAGE_JAMMY_SYSTEMD=$$(molecule/resources/images/build.sh jammy-systemd) && python bench/bench_sandbox.py $(BENCH_ARGS)'
 
 clean:
 	rm -rf .venv .pytest_cache .ruff_cache instinct-finetune-*.tar.gz

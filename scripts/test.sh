@@ -2,8 +2,9 @@
 # The one test command (`make test`): every check, in order, from a bare machine.
 #   controller venv -> ruff -> yamllint -> ansible-lint -> syntax-check -> changelog lint
 #   -> pytest unit tests -> collection build/install/doc -> Docker engine + images -> molecule scenarios
+#   -> end-to-end on the sandbox cluster (site.yml through ansible-runner, a killed rank, a resume)
 # Each stage prints its duration; the total is printed at the end. Any failure stops the run.
-# Run a subset with: scripts/test.sh lint unit   (stages: venv lint syntax unit collection molecule)
+# Run a subset with: scripts/test.sh lint unit   (stages: venv lint syntax unit collection molecule e2e)
 # Run chosen scenarios with: MOLECULE_SCENARIOS="default fabric" scripts/test.sh molecule
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -13,7 +14,7 @@ root=$PWD
 source scripts/env.sh
 
 stages=("$@")
-[[ ${#stages[@]} -gt 0 ]] || stages=(venv lint syntax unit collection molecule)
+[[ ${#stages[@]} -gt 0 ]] || stages=(venv lint syntax unit collection molecule e2e)
 
 declare -a report=()
 run_start=$SECONDS
@@ -103,6 +104,13 @@ do_molecule() {
   done
 }
 
+do_e2e() {
+  # The sandbox cluster end to end, through ansible-runner (tests/e2e, scripts/sandbox.py).
+  local rc=0
+  pytest -v -p no:cacheprovider tests/e2e || rc=$?
+  [[ $rc -eq 0 ]] || { echo "end-to-end tests failed (pytest exit $rc)"; return "$rc"; }
+}
+
 for s in "${stages[@]}"; do
   case $s in
     venv) stage "controller venv" do_venv ;;
@@ -111,7 +119,8 @@ for s in "${stages[@]}"; do
     unit) stage "pytest unit" do_unit ;;
     collection) stage "collection build+install" do_collection ;;
     molecule) stage "docker engine + images" do_images; do_molecule ;;
-    *) echo "unknown stage $s (venv lint syntax unit collection molecule)" >&2; exit 2 ;;
+    e2e) stage "docker engine + images" do_images; stage "e2e sandbox" do_e2e ;;
+    *) echo "unknown stage $s (venv lint syntax unit collection molecule e2e)" >&2; exit 2 ;;
   esac
 done
 

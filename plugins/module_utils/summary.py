@@ -22,6 +22,21 @@ def _llama_factory(variables):
     return f"{version} (no {'/'.join(left_out)})" if left_out else version
 
 
+def _job(variables):
+    result = variables.get("finetune_result")
+    if not result:
+        return None
+    text = f"{result.get('job')} {result.get('state')}"
+    if result.get("total_steps"):
+        text += f" {result.get('steps')}/{result.get('total_steps')}"
+    return text
+
+
+def _perplexity(variables):
+    value = (variables.get("evaluate_result") or {}).get("perplexity")
+    return None if value is None else f"{float(value):.3f}"
+
+
 # (column title, how to read it from a host's variables); later stages add their columns here.
 COLUMNS = (
     ("node", lambda v: v.get("inventory_hostname", "")),
@@ -34,6 +49,8 @@ COLUMNS = (
     ("DeepSpeed", lambda v: _deepspeed(v.get("deepspeed_report"))),
     ("LLaMA-Factory", _llama_factory),
     ("fabric NIC", lambda v: f"{v['fabric_ifname']} {v.get('fabric_address')}" if v.get("fabric_ifname") else None),
+    ("job", _job),
+    ("perplexity", _perplexity),
 )
 
 

@@ -128,6 +128,7 @@ import time
 from collections import deque
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.instinct.finetune.plugins.module_utils.jobstate import (
     checkpoints,
     node_state,
@@ -177,7 +178,7 @@ def _read_unit(module):
     argv = [systemctl, "show", "--no-pager"]
     for prop in UNIT_PROPERTIES:
         argv += ["-p", prop]
-    rc, out, err = module.run_command(argv + [params["unit"]])
+    rc, out, err = module.run_command([*argv, params["unit"]])
     if rc != 0:
         module.fail_json(msg=f"systemctl show {params['unit']} failed: {err.strip() or out.strip()}", rc=rc)
     exit_record = parse_exit_record(_read(params["exit_file"]))

@@ -1,0 +1,242 @@
+"""The sandbox cluster's main job, driven through ansible-runner's Python API.
+
+`make sandbox` (scripts/sandbox.sh) calls `sandbox.py up`: it makes the sandbox's inputs (a stand-in
+for PyTorch's CPU index, a tiny model and dataset), starts the two node containers, turns them
+into simulated Instinct nodes, and runs playbooks/site.yml with jobs/sandbox-tiny.yml. Every
+playbook runs through ansible_runner.run(); the run is judged from its events (changed and failed
+counts per host, the failed tasks with their messages, the wall time of every play), not from
+scraped text, and the figures are written to artifacts/sandbox/<name>.json for bench/ and tests.
+
+    sandbox.py up [-- ANSIBLE ARGS]   bring up (or reuse) the cluster and run site.yml
+    sandbox.py run PLAYBOOK [-- ARGS] run one playbook of playbooks/ against the running cluster
+    sandbox.py down                   remove the containers and networks
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ansible_runner
+
+ROOT = Path(__file__).resolve().parent.parent
+INVENTORY = ROOT / "inventories" / "sandbox"
+JOB_FILE = ROOT / "jobs" / "sandbox-tiny.yml"
+RESOURCES = ROOT / "molecule" / "resources"
+
+
+def cache_dir():
+    """The sandbox's state: $INSTINCT_CACHE_DIR/sandbox, by default ~/.cache/instinct-finetune/sandbox."""
+    base = os.environ.get("INSTINCT_CACHE_DIR") or (
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "instinct-finetune"
+    )
+    path = Path(base) / "sandbox"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass
+class RunResult:
+    """What a playbook run did, read from ansible-runner's events."""
+
+    playbook: str
+    status: str
+    rc: int
+    seconds: float
+    changed: dict = field(default_factory=dict)
+    failed: dict = field(default_factory=dict)
+    ok: dict = field(default_factory=dict)
+    plays: list = field(default_factory=list)
+    failures: list = field(default_factory=list)
+    debug: list = field(default_factory=list)
+
+    @property
+    def total_changed(self):
+        return sum(self.changed.values())
+
+    def failed_hosts(self):
+        return sorted(host for host, count in self.failed.items() if count)
+
+    def to_dict(self):
+        return {
+            "playbook": self.playbook,
+            "status": self.status,
+            "rc": self.rc,
+            "seconds": round(self.seconds, 1),
+            "changed": self.changed,
+            "failed": self.failed,
+            "ok": self.ok,
+            "plays": self.plays,
+            "failures": self.failures,
+        }
+
+
+class EventReader:
+    """Collects what a run's events say: play boundaries, failures, stats and debug messages."""
+
+    def __init__(self):
+        self.play_starts = []
+        self.failures = []
+        self.stats = {}
+        self.debug = []
+
+    def __call__(self, event):
+        kind = event.get("event")
+        data = event.get("event_data") or {}
+        if kind == "playbook_on_play_start":
+            self.play_starts.append((data.get("play", ""), time.monotonic()))
+        elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
+            res = data.get("res") or {}
+            self.failures.append({"host": data.get("host"), "task": data.get("task"), "msg": res.get("msg")})
+        elif kind == "runner_on_ok" and data.get("task_action") in ("ansible.builtin.debug", "debug"):
+            msg = (data.get("res") or {}).get("msg")
+            if msg is not None:
+                self.debug.append({"host": data.get("host"), "task": data.get("task"), "msg": msg})
+        elif kind == "playbook_on_stats":
+            self.stats = {key: data.get(key) or {} for key in ("changed", "failures", "ok", "dark")}
+        return True
+
+    def plays(self, end):
+        timings = []
+        for index, (name, start) in enumerate(self.play_starts):
+            stop = self.play_starts[index + 1][1] if index + 1 < len(self.play_starts) else end
+            timings.append({"play": name, "seconds": round(stop - start, 1)})
+        return timings
+
+
+def run_playbook(playbook, extravars=None, cmdline="", quiet=False, envvars=None):
+    """Run playbooks/<playbook> (or a path) on the sandbox inventory; return its RunResult."""
+    path = Path(playbook)
+    if not path.is_absolute():
+        path = ROOT / "playbooks" / playbook if (ROOT / "playbooks" / playbook).exists() else ROOT / playbook
+    reader = EventReader()
+    with tempfile.TemporaryDirectory(prefix="instinct-runner-") as private:
+        start = time.monotonic()
+        runner = ansible_runner.run(
+            private_data_dir=private,
+            project_dir=str(ROOT),
+            playbook=str(path),
+            inventory=str(INVENTORY),
+            extravars=extravars or {},
+            cmdline=cmdline or None,
+            envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), **(envvars or {})},
+            event_handler=reader,
+            quiet=quiet,
+        )
+        end = time.monotonic()
+    stats = reader.stats
+    return RunResult(
+        playbook=str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path),
+        status=runner.status,
+        rc=runner.rc,
+        seconds=end - start,
+        changed=dict(stats.get("changed", {})),
+        failed={h: stats.get("failures", {}).get(h, 0) + stats.get("dark", {}).get(h, 0) for h in stats.get("ok", {})},
+        ok=dict(stats.get("ok", {})),
+        plays=reader.plays(end),
+        failures=reader.failures,
+        debug=reader.debug,
+    )
+
+
+def require(result):
+    if result.rc != 0:
+        for failure in result.failures:
+            print(f"FAILED {failure['host']}: {failure['task']}: {failure['msg']}", file=sys.stderr)
+        raise SystemExit(f"{result.playbook} failed (rc {result.rc}, failed hosts {result.failed_hosts()})")
+    return result
+
+
+def sandbox_env():
+    """Inputs of the sandbox made on this machine, exported for the inventory and job file."""
+    state = cache_dir()
+    index = state / "torch-index"
+    assets = state / "assets"
+    subprocess.run([sys.executable, str(RESOURCES / "torch-index" / "build.py"), str(index)], check=True)
+    subprocess.run([sys.executable, str(RESOURCES / "sandbox" / "make_assets.py"), str(assets)], check=True)
+    env = {
+        "INSTINCT_SANDBOX_WHEELS": str(index),
+        "INSTINCT_SANDBOX_ASSETS": str(assets),
+        "SIM_REPO_DIR": str(state / "amd-repo"),
+        "SIM_REPO_PORT": os.environ.get("SANDBOX_REPO_PORT", "8764"),
+        "SIM_GATEWAY": "172.29.10.1",
+        "SIM_VARS_FILE": str(state / "sim-repo.yml"),
+    }
+    os.environ.update(env)
+    return env
+
+
+def cluster_up():
+    env = sandbox_env()
+    require(run_playbook(RESOURCES / "sandbox" / "up.yml"))
+    require(run_playbook(RESOURCES / "sim-node" / "repo-up.yml"))
+    require(
+        run_playbook(
+            RESOURCES / "sim-node" / "node-prepare.yml",
+            extravars={"sim_repo_base_url": f"http://{env['SIM_GATEWAY']}:{env['SIM_REPO_PORT']}"},
+        )
+    )
+    require(run_playbook(RESOURCES / "site-python" / "prepare.yml"))
+    return env
+
+
+def site_cmdline(extra=""):
+    """site.yml's arguments: the simulated repository's URL and key in place of AMD's, the job file."""
+    return f"-e @{os.environ['SIM_VARS_FILE']} -e @{JOB_FILE} {extra}".strip()
+
+
+def collect_dir():
+    return ROOT / "artifacts" / "sandbox"
+
+
+def write_report(name, result):
+    path = collect_dir() / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    return path
+
+
+def print_report(result):
+    width = max([len(p["play"]) for p in result.plays] + [10])
+    print(f"\n{result.playbook}: {result.status} in {result.seconds:.0f} s")
+    for play in result.plays:
+        print(f"  {play['play']:<{width}}  {play['seconds']:>7.1f} s")
+    for host in sorted(result.ok):
+        print(f"  {host}: changed={result.changed.get(host, 0)} failed={result.failed.get(host, 0)}")
+
+
+def main(argv):
+    action = argv[1] if len(argv) > 1 else "up"
+    extra = " ".join(argv[argv.index("--") + 1 :]) if "--" in argv else ""
+    if action == "down":
+        sandbox_env()
+        require(run_playbook(RESOURCES / "sandbox" / "down.yml"))
+        require(run_playbook(RESOURCES / "sim-node" / "repo-down.yml"))
+        return 0
+    cluster_up()
+    if action == "up":
+        result = run_playbook(
+            "site.yml", cmdline=site_cmdline(extra), extravars={"finetune_collect_dir": str(collect_dir())}
+        )
+        name = "site"
+    elif action == "run":
+        playbook = argv[2]
+        result = run_playbook(
+            playbook, cmdline=site_cmdline(extra), extravars={"finetune_collect_dir": str(collect_dir())}
+        )
+        name = Path(playbook).stem
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    print_report(result)
+    print(f"figures: {write_report(name, result)}")
+    require(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

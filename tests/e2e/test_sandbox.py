@@ -1,0 +1,164 @@
+"""End to end on the sandbox cluster: site.yml from bare containers to a 2-node fine-tune and its
+perplexity, a second run that changes nothing, and a rank killed mid-run that stops the job and
+resumes on the next run. Playbooks run through ansible-runner's Python API (scripts/sandbox.py) and
+are judged from its events and from the nodes themselves.
+
+Needs Docker and the jammy-systemd image (scripts/test.sh e2e provides both); takes ~15 minutes.
+"""
+
+import importlib.util
+import json
+import math
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NODES = ["instinct-sandbox-node1", "instinct-sandbox-node2"]
+JOB = "sandbox-tiny"
+FAULT_JOB = "sandbox-fault"
+JOB_ROOT = "/var/lib/instinct-finetune/jobs"
+
+_spec = importlib.util.spec_from_file_location("sandbox", ROOT / "scripts" / "sandbox.py")
+sandbox = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sandbox)
+
+
+def node(host, *argv, check=True):
+    return subprocess.run(["docker", "exec", host, *argv], capture_output=True, text=True, check=check)
+
+
+def since_last_launch(text):
+    """The part of a training log written by the latest launch (the unit marks each one)."""
+    return text.rsplit("==== instinct.finetune launch", 1)[-1]
+
+
+def complete_checkpoints(host, job):
+    out = node(host, "sh", "-c", f"ls -d {JOB_ROOT}/{job}/output/checkpoint-*/trainer_state.json", check=False)
+    return sorted(int(re.search(r"checkpoint-(\d+)/", line).group(1)) for line in out.stdout.split())
+
+
+def training_processes(host):
+    out = node(host, "pgrep", "-af", "llamafactory", check=False)
+    return [line for line in out.stdout.splitlines() if "pgrep" not in line]
+
+
+@pytest.fixture(scope="module")
+def site():
+    sandbox.cluster_up()
+    result = sandbox.run_playbook(
+        "site.yml", cmdline=sandbox.site_cmdline(), extravars={"finetune_collect_dir": str(sandbox.collect_dir())}
+    )
+    sandbox.write_report("site", result)
+    sandbox.print_report(result)
+    return result
+
+
+@pytest.fixture(scope="module")
+def collected(site):
+    return sandbox.collect_dir() / JOB
+
+
+def test_site_runs_every_stage_on_both_nodes(site):
+    assert site.rc == 0, site.failures
+    assert site.failed_hosts() == []
+    assert sorted(site.ok) == NODES
+    plays = [p["play"] for p in site.plays]
+    for stage in ("preflight", "ROCm", "fabric", "fine-tune", "Evaluate", "Summarise"):
+        assert any(stage.lower() in play.lower() for play in plays), (stage, plays)
+
+
+def test_both_ranks_trained_in_a_world_of_two_over_the_fabric_nic(site, collected):
+    for rank, host in enumerate(NODES):
+        log = since_last_launch((collected / host / "train.log").read_text())
+        assert f"Process rank: {rank}, world size: 2" in log
+    env = node(NODES[1], "cat", "/etc/instinct-finetune/rccl.env").stdout
+    fabric_addr = node(NODES[0], "sh", "-c", "ip -4 -o addr show | grep 172.29.20.").stdout.split()[3].split("/")[0]
+    assert f"MASTER_ADDR={fabric_addr}" in env
+    assert re.search(r"^GLOO_SOCKET_IFNAME=eth\d+$", env, re.M)
+    launch = node(NODES[1], "cat", f"/etc/instinct-finetune/jobs/{JOB}/launch.env").stdout
+    assert "NNODES=2" in launch and "NODE_RANK=1" in launch and "FORCE_TORCHRUN=1" in launch
+
+
+def test_loss_decreases_and_the_plot_is_collected(collected):
+    entries = [json.loads(line) for line in (collected / NODES[0] / "trainer_log.jsonl").read_text().splitlines()]
+    losses = [e["loss"] for e in entries if e.get("loss") is not None]
+    assert len(losses) >= 10
+    assert sum(losses[-3:]) / 3 < 0.85 * sum(losses[:3]) / 3, losses
+    assert entries[-1]["current_steps"] == entries[-1]["total_steps"] == 40
+    png = (collected / NODES[0] / "training_loss.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_checkpoint_and_finite_perplexity_are_collected(site, collected):
+    result = json.loads((collected / NODES[0] / "eval.json").read_text())
+    assert math.isfinite(result["perplexity"]) and result["perplexity"] > 1
+    assert result["perplexity"] == pytest.approx(math.exp(result["eval_loss"]))
+    on_node = json.loads(node(NODES[0], "cat", f"{JOB_ROOT}/{JOB}/output/eval.json").stdout)
+    assert on_node == result
+    for host in NODES:
+        assert complete_checkpoints(host, JOB)[-1] == 40
+        assert node(host, "test", "-s", f"{JOB_ROOT}/{JOB}/output/model.safetensors", check=False).returncode == 0
+    summary = [d["msg"] for d in site.debug if "Print one row per node" in (d["task"] or "")]
+    assert summary and any("perplexity" in line for line in summary[0])
+    assert any(f"{JOB} succeeded 40/40" in line for line in summary[0])
+
+
+def test_rerunning_a_finished_job_changes_nothing(site):
+    again = sandbox.run_playbook(
+        "evaluate.yml", cmdline=sandbox.site_cmdline(), extravars={"finetune_collect_dir": str(sandbox.collect_dir())}
+    )
+    assert again.rc == 0, again.failures
+    assert again.changed == {host: 0 for host in NODES}
+    assert any("skip (finished on every node)" in str(d["msg"]) for d in again.debug)
+
+
+def test_a_killed_rank_stops_the_job_and_the_rerun_resumes(site):
+    fault = f"-e finetune_job_name={FAULT_JOB} -e finetune_max_steps=400 -e finetune_save_steps=25"
+    outcome = {}
+
+    def run():
+        outcome["result"] = sandbox.run_playbook(
+            "finetune.yml",
+            cmdline=sandbox.site_cmdline(fault),
+            extravars={"finetune_collect_dir": str(sandbox.collect_dir()), "finetune_progress_interval": 5},
+            quiet=True,
+        )
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not all(complete_checkpoints(h, FAULT_JOB) for h in NODES):
+        assert thread.is_alive(), "the fault job ended before a checkpoint was written"
+        time.sleep(1)
+    saved = {h: complete_checkpoints(h, FAULT_JOB) for h in NODES}
+    assert all(saved.values()), saved
+    # Kill node2's training worker (torchrun starts it as "python -u .../llamafactory/launcher.py").
+    node(NODES[1], "pkill", "-9", "-f", "python[0-9.]* -u .*llamafactory/launcher.py")
+    thread.join(timeout=600)
+    failed = outcome["result"]
+    assert failed.rc != 0
+    assert NODES[1] in failed.failed_hosts()
+    messages = " ".join(str(f["msg"]) for f in failed.failures)
+    assert f"The first rank to die was on {NODES[1]}" in messages
+    assert "docs/runbooks/rank-failed.md" in messages
+    assert training_processes(NODES[0]) == [] and training_processes(NODES[1]) == []
+    for host in NODES:
+        assert set(saved[host]) <= set(complete_checkpoints(host, FAULT_JOB))
+
+    resumed = sandbox.run_playbook(
+        "finetune.yml",
+        cmdline=sandbox.site_cmdline(fault),
+        extravars={"finetune_collect_dir": str(sandbox.collect_dir()), "finetune_progress_interval": 5},
+    )
+    sandbox.write_report("finetune-resumed", resumed)
+    assert resumed.rc == 0, resumed.failures
+    log = since_last_launch(node(NODES[0], "cat", f"/var/log/instinct-finetune/{FAULT_JOB}/train.log").stdout)
+    match = re.search(r"Resuming training from \S*checkpoint-(\d+)", log)
+    assert match and int(match.group(1)) >= max(saved[NODES[0]]), log[-2000:]
+    state = json.loads(node(NODES[0], "cat", f"{JOB_ROOT}/{FAULT_JOB}/output/trainer_state.json").stdout)
+    assert state["global_step"] == 400
