@@ -158,7 +158,10 @@ def test_a_killed_rank_stops_the_job_and_the_rerun_resumes(site):
     sandbox.write_report("finetune-resumed", resumed)
     assert resumed.rc == 0, resumed.failures
     log = since_last_launch(node(NODES[0], "cat", f"/var/log/instinct-finetune/{FAULT_JOB}/train.log").stdout)
-    match = re.search(r"Resuming training from \S*checkpoint-(\d+)", log)
-    assert match and int(match.group(1)) >= max(saved[NODES[0]]), log[-2000:]
+    # The launch marker names the common checkpoint; the Trainer says it restored that step.
+    marker = re.search(r"resume_from_checkpoint=\S*/checkpoint-(\d+) ====", log)
+    restored = re.search(r"Resuming training from checkpoint with epoch \d+ and global step (\d+)", log)
+    assert marker and restored, log[:3000]
+    assert int(marker.group(1)) == int(restored.group(1)) >= max(saved[NODES[0]])
     state = json.loads(node(NODES[0], "cat", f"{JOB_ROOT}/{FAULT_JOB}/output/trainer_state.json").stdout)
     assert state["global_step"] == 400

@@ -1,0 +1,571 @@
+"""A fine-tune job as LLaMA-Factory and DeepSpeed files (module_utils/jobspec.py), through the
+finetune filters as the role calls them.
+
+The default job is the finetune role's own: roles/finetune/defaults/main.yml, prefix stripped, put
+together the way roles/finetune/vars/main.yml builds ``finetune_job``. The sandbox recordings are
+from a real run (tests/fixtures/finetune/SOURCES.md).
+"""
+
+import copy
+import math
+import re
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.instinct.finetune.plugins.filter.finetune import FilterModule
+from ansible_collections.instinct.finetune.plugins.module_utils import jobspec
+from tests.unit.conftest import ROOT
+
+ROLE = ROOT / "roles" / "finetune"
+DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))
+ROLE_VARS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text(encoding="utf-8"))
+TEMPLATE = re.compile(r"^\{\{ finetune_(\w+) \}\}$")
+RUNBOOK = "docs/runbooks/finetune-job.md"
+
+FILTERS = FilterModule().filters()
+job_files = FILTERS["finetune_job_files"]
+eval_args = FILTERS["finetune_eval_args"]
+dataset_info = FILTERS["finetune_dataset_info"]
+job_problems = FILTERS["finetune_job_problems"]
+perplexity = FILTERS["perplexity"]
+env_file = FILTERS["env_file"]
+
+# The settings of the field report that the ZeRO-3 file must carry, with the role's default batch
+# sizes (2 per GPU, 4 accumulation steps).
+FIELD_REPORT_ZERO3 = {
+    "bf16": {"enabled": True},
+    "zero_optimization": {
+        "stage": 3,
+        "offload_optimizer": {"device": "cpu", "pin_memory": True},
+        "overlap_comm": True,
+        "contiguous_gradients": True,
+    },
+    "train_micro_batch_size_per_gpu": 2,
+    "gradient_accumulation_steps": 4,
+}
+
+JOB_DIR = "/var/lib/instinct-finetune/jobs/tiny-sft"
+CONF_DIR = "/etc/instinct-finetune/jobs/tiny-sft"
+MODEL = "/var/lib/instinct-finetune/models/tiny-llama"
+
+
+def role_job(**settings):
+    """``finetune_job`` as the role passes it: each entry of vars/main.yml's ``finetune_job`` is
+    ``{{ finetune_<name> }}``, filled from the role defaults (``settings`` play the job file)."""
+    values = {name.removeprefix("finetune_"): value for name, value in DEFAULTS.items()}
+    values.update(job_name="tiny-sft", dataset_name="tiny_instruct", model_on_node=MODEL)
+    unknown = set(settings) - set(ROLE_VARS["finetune_job"])
+    assert not unknown, f"not a setting the role passes: {unknown}"
+    job = {}
+    for key, template in ROLE_VARS["finetune_job"].items():
+        source = TEMPLATE.match(template).group(1)
+        job[key] = copy.deepcopy(settings.get(key, values[source]))
+    return job
+
+
+def node(device="rocm", **overrides):
+    """What the role tells the filters of one node (stage.yml and the evaluate role)."""
+    values = {
+        "device": device,
+        "model": MODEL,
+        "dataset_dir": f"{JOB_DIR}/data",
+        "output_dir": f"{JOB_DIR}/output",
+        "eval_dir": f"{JOB_DIR}/eval",
+        "strategy_file": f"{CONF_DIR}/ds_config.json",
+        "shared_output": False,
+    }
+    values.update(overrides)
+    return values
+
+
+def test_the_role_passes_each_default_under_its_own_name():
+    # The fixture above is only the role's job if vars/main.yml maps name to finetune_<name>.
+    for key, template in ROLE_VARS["finetune_job"].items():
+        match = TEMPLATE.match(template)
+        assert match, f"finetune_job.{key} is {template!r}"
+        if key == "model":
+            assert match.group(1) == "model_on_node"
+        else:
+            assert match.group(1) == key
+            assert f"finetune_{key}" in DEFAULTS, f"finetune_{key} has no default"
+
+
+# --- DeepSpeed ZeRO-3 ------------------------------------------------------------------------
+
+
+def test_default_job_renders_exactly_the_field_report_zero3_settings():
+    job = role_job()
+    assert jobspec.deepspeed_zero3_config(job, jobspec.use_bf16(job, "rocm")) == FIELD_REPORT_ZERO3
+    files = job_files(job, node("rocm"))
+    assert files["deepspeed"] == FIELD_REPORT_ZERO3
+    assert files["train"]["deepspeed"] == f"{CONF_DIR}/ds_config.json"
+    assert files["train"]["bf16"] is True
+    assert "fsdp" not in files["train"]
+    # The Trainer refuses a DeepSpeed file whose batch sizes differ from its own arguments.
+    assert files["train"]["per_device_train_batch_size"] == files["deepspeed"]["train_micro_batch_size_per_gpu"]
+    assert files["train"]["gradient_accumulation_steps"] == files["deepspeed"]["gradient_accumulation_steps"]
+
+
+def test_bf16_auto_is_off_on_a_cpu_node_in_both_files():
+    files = job_files(role_job(), node("cpu"))
+    assert files["train"]["bf16"] is False
+    assert files["deepspeed"]["bf16"] == {"enabled": False}
+    assert files["deepspeed"]["zero_optimization"] == FIELD_REPORT_ZERO3["zero_optimization"]
+
+
+@pytest.mark.parametrize(("setting", "device", "enabled"), [(False, "rocm", False), ("true", "cpu", True)])
+def test_bf16_given_explicitly_wins_over_the_device(setting, device, enabled):
+    files = job_files(role_job(bf16=setting), node(device))
+    assert files["train"]["bf16"] is enabled
+    assert files["deepspeed"]["bf16"] == {"enabled": enabled}
+
+
+def test_the_batch_sizes_of_the_job_reach_the_deepspeed_file():
+    files = job_files(role_job(per_device_train_batch_size=8, gradient_accumulation_steps=16), node())
+    assert files["deepspeed"]["train_micro_batch_size_per_gpu"] == 8
+    assert files["deepspeed"]["gradient_accumulation_steps"] == 16
+    assert files["train"]["per_device_train_batch_size"] == 8
+    assert files["train"]["gradient_accumulation_steps"] == 16
+
+
+def test_optimizer_offload_can_be_switched_off_and_parameter_offload_on():
+    zero = job_files(role_job(deepspeed_offload_optimizer=False), node())["deepspeed"]["zero_optimization"]
+    assert zero == {"stage": 3, "overlap_comm": True, "contiguous_gradients": True}
+    zero = job_files(role_job(deepspeed_offload_param=True), node())["deepspeed"]["zero_optimization"]
+    assert zero["offload_param"] == {"device": "cpu", "pin_memory": True}
+    assert zero["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+
+
+def test_deepspeed_extra_merges_deeply():
+    extra = {
+        "zero_optimization": {"offload_optimizer": {"pin_memory": False}, "stage3_max_live_parameters": 1000000000},
+        "gradient_clipping": 1.0,
+    }
+    job = role_job(deepspeed_extra=extra)
+    config = job_files(job, node())["deepspeed"]
+    assert config == {
+        "bf16": {"enabled": True},
+        "zero_optimization": {
+            "stage": 3,
+            "offload_optimizer": {"device": "cpu", "pin_memory": False},
+            "overlap_comm": True,
+            "contiguous_gradients": True,
+            "stage3_max_live_parameters": 1000000000,
+        },
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 4,
+        "gradient_clipping": 1.0,
+    }
+    assert job["deepspeed_extra"] == extra  # the job's own settings are left as they were
+
+
+# --- FSDP, DDP, devices ------------------------------------------------------------------------
+
+
+def test_fsdp_renders_full_shard_auto_wrap_and_no_deepspeed():
+    files = job_files(role_job(strategy="fsdp"), node())
+    assert files["train"]["fsdp"] == "full_shard auto_wrap"
+    assert "deepspeed" not in files["train"]
+    assert "fsdp_config" not in files["train"]
+    assert files["deepspeed"] is None
+    config = {"transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}
+    assert job_files(role_job(strategy="fsdp", fsdp_config=config), node())["train"]["fsdp_config"] == config
+
+
+def test_ddp_renders_neither_deepspeed_nor_fsdp():
+    files = job_files(role_job(strategy="ddp"), node())
+    assert files["deepspeed"] is None
+    assert not {"deepspeed", "fsdp", "fsdp_config"} & set(files["train"])
+
+
+@pytest.mark.parametrize("strategy", ["deepspeed_zero3", "fsdp", "ddp"])
+def test_a_cpu_node_uses_gloo_and_a_rocm_node_the_default_backend(strategy):
+    assert job_files(role_job(strategy=strategy), node("cpu"))["train"]["ddp_backend"] == "gloo"
+    assert "ddp_backend" not in job_files(role_job(strategy=strategy), node("rocm"))["train"]
+
+
+# --- The training YAML -------------------------------------------------------------------------
+
+
+def test_default_training_settings():
+    train = job_files(role_job(), node())["train"]
+    assert train["disable_gradient_checkpointing"] is False  # checkpointing on
+    assert train["plot_loss"] is True
+    assert train["save_on_each_node"] is True  # no shared file system: every node keeps a whole checkpoint
+    assert train["save_only_model"] is False  # resuming needs the optimizer state
+    assert train["report_to"] == "none"
+    assert train["model_name_or_path"] == MODEL
+    assert train["output_dir"] == f"{JOB_DIR}/output"
+    assert train["dataset"] == "tiny_instruct"
+    assert train["dataset_dir"] == f"{JOB_DIR}/data"
+    assert train["learning_rate"] == 1.0e-4
+    assert train["num_train_epochs"] == 3.0
+    assert "max_steps" not in train  # 0: train by epochs
+    assert train["val_size"] == 0.1
+    assert train["eval_strategy"] == "steps"
+    assert train["eval_steps"] == 50
+    assert train["per_device_eval_batch_size"] == 1
+
+
+def test_gradient_checkpointing_can_be_switched_off():
+    assert job_files(role_job(gradient_checkpointing=False), node())["train"]["disable_gradient_checkpointing"] is True
+
+
+def test_no_validation_split_means_no_evaluation_settings():
+    train = job_files(role_job(val_size=0), node())["train"]
+    assert not {"val_size", "eval_strategy", "eval_steps", "per_device_eval_batch_size"} & set(train)
+
+
+def test_a_shared_output_folder_is_saved_by_rank_0_only():
+    assert job_files(role_job(), node(shared_output=True))["train"]["save_on_each_node"] is False
+
+
+def test_lora_settings_only_for_lora():
+    train = job_files(role_job(), node())["train"]
+    assert (train["finetuning_type"], train["lora_rank"], train["lora_alpha"], train["lora_target"]) == (
+        "lora",
+        8,
+        16,
+        "all",
+    )
+    for finetuning_type in ("full", "freeze"):
+        train = job_files(role_job(finetuning_type=finetuning_type), node())["train"]
+        assert train["finetuning_type"] == finetuning_type
+        assert not [key for key in train if key.startswith("lora_")]
+
+
+def test_max_steps_and_extra_args():
+    train = job_files(role_job(max_steps=40, extra_args={"dataloader_num_workers": 0, "seed": 7}), node())["train"]
+    assert train["max_steps"] == 40
+    assert train["dataloader_num_workers"] == 0
+    assert train["seed"] == 7  # extra_args are merged last
+
+
+@pytest.mark.parametrize(("text", "value"), [("false", False), ("no", False), ("true", True), ("yes", True)])
+def test_switches_given_as_text_mean_what_they_say(text, value):
+    # `ansible-playbook -e finetune_plot_loss=false` hands the role the string "false": the role's
+    # argument spec accepts it as a bool but does not convert it, so it reaches the filters as text.
+    as_text = job_files(
+        role_job(
+            gradient_checkpointing=text, plot_loss=text, deepspeed_offload_optimizer=text, deepspeed_offload_param=text
+        ),
+        node(shared_output=text),
+    )
+    assert as_text["train"]["disable_gradient_checkpointing"] is (not value)
+    assert as_text["train"]["plot_loss"] is value
+    assert as_text["train"]["save_on_each_node"] is (not value)
+    assert ("offload_optimizer" in as_text["deepspeed"]["zero_optimization"]) is value
+    assert ("offload_param" in as_text["deepspeed"]["zero_optimization"]) is value
+    as_bool = job_files(
+        role_job(
+            gradient_checkpointing=value,
+            plot_loss=value,
+            deepspeed_offload_optimizer=value,
+            deepspeed_offload_param=value,
+        ),
+        node(shared_output=value),
+    )
+    assert as_text == as_bool
+    job = dict(role_job(), trust_remote_code=text)
+    assert job_files(job, node())["train"]["trust_remote_code"] is value
+
+
+# The train.yaml that the role rendered for node1 in the recorded sandbox run, in the file's order.
+SANDBOX_TRAIN_YAML = {
+    "model_name_or_path": "/var/lib/instinct-finetune/models/model",
+    "trust_remote_code": False,
+    "stage": "sft",
+    "do_train": True,
+    "finetuning_type": "full",
+    "dataset": "tiny_instruct",
+    "dataset_dir": "/var/lib/instinct-finetune/jobs/sandbox-tiny/data",
+    "template": "default",
+    "cutoff_len": 128,
+    "preprocessing_num_workers": 1,
+    "output_dir": "/var/lib/instinct-finetune/jobs/sandbox-tiny/output",
+    "logging_steps": 2,
+    "save_steps": 10,
+    "save_total_limit": 3,
+    "save_only_model": False,
+    "save_on_each_node": True,
+    "plot_loss": True,
+    "report_to": "none",
+    "per_device_train_batch_size": 4,
+    "gradient_accumulation_steps": 1,
+    "learning_rate": 0.002,
+    "num_train_epochs": 3.0,
+    "lr_scheduler_type": "cosine",
+    "warmup_ratio": 0.05,
+    "bf16": False,
+    "disable_gradient_checkpointing": False,
+    "ddp_timeout": 180000000,
+    "seed": 42,
+    "max_steps": 40,
+    "val_size": 0.1,
+    "per_device_eval_batch_size": 1,
+    "eval_strategy": "steps",
+    "eval_steps": 20,
+    "ddp_backend": "gloo",
+    "dataloader_num_workers": 0,
+}
+# The fingerprint that run's eval.json recorded for the job.
+SANDBOX_FINGERPRINT = "14cec2609bbd0aa6"
+
+
+def sandbox_job():
+    settings = yaml.safe_load((ROOT / "jobs" / "sandbox-tiny.yml").read_text(encoding="utf-8"))
+    settings = {name.removeprefix("finetune_"): value for name, value in settings.items()}
+    job = role_job(**{name: value for name, value in settings.items() if name in ROLE_VARS["finetune_job"]})
+    job["model"] = "/var/lib/instinct-finetune/models/model"  # finetune_model_on_node of its model_src
+    return job
+
+
+def sandbox_node():
+    return {
+        "device": "cpu",
+        "model": "/var/lib/instinct-finetune/models/model",
+        "dataset_dir": "/var/lib/instinct-finetune/jobs/sandbox-tiny/data",
+        "output_dir": "/var/lib/instinct-finetune/jobs/sandbox-tiny/output",
+        "eval_dir": "/var/lib/instinct-finetune/jobs/sandbox-tiny/eval",
+        "strategy_file": "/etc/instinct-finetune/jobs/sandbox-tiny/ds_config.json",
+        "shared_output": False,
+    }
+
+
+def test_the_sandbox_job_renders_the_train_yaml_and_fingerprint_of_the_recorded_run():
+    files = job_files(sandbox_job(), sandbox_node())
+    assert files["train"] == SANDBOX_TRAIN_YAML
+    assert list(files["train"]) == list(SANDBOX_TRAIN_YAML)  # to_nice_yaml(sort_keys=false) keeps this order
+    assert files["deepspeed"] is None
+    # A different fingerprint would make a re-run of the finished job "finished with other settings".
+    assert files["fingerprint"] == SANDBOX_FINGERPRINT
+
+
+# --- The evaluation YAML -----------------------------------------------------------------------
+
+
+def test_eval_args_score_the_lora_adapter_on_the_held_out_split():
+    job = role_job()
+    args = eval_args(job, node())
+    train = job_files(job, node())["train"]
+    assert args["do_train"] is False
+    assert args["do_eval"] is True
+    for key in ("dataset", "dataset_dir", "val_size", "seed", "template", "cutoff_len", "stage", "finetuning_type"):
+        assert args[key] == train[key], key
+    assert args["adapter_name_or_path"] == f"{JOB_DIR}/output"
+    assert args["model_name_or_path"] == MODEL  # the base model under the adapter
+    assert args["output_dir"] == f"{JOB_DIR}/eval"
+    assert args["bf16"] is True
+    assert not {"deepspeed", "fsdp", "save_steps", "learning_rate"} & set(args)
+
+
+@pytest.mark.parametrize("finetuning_type", ["full", "freeze"])
+def test_eval_args_of_full_weights_load_the_trained_model_itself(finetuning_type):
+    job = role_job(finetuning_type=finetuning_type, val_size=0.05, seed=7)
+    args = eval_args(job, node("cpu"))
+    assert args["model_name_or_path"] == f"{JOB_DIR}/output"
+    assert "adapter_name_or_path" not in args
+    assert (args["val_size"], args["seed"], args["bf16"]) == (0.05, 7, False)
+
+
+def test_eval_args_of_the_sandbox_job_match_its_recorded_evaluation():
+    # The recorded eval.json names dataset tiny_instruct, val_size 0.1, seed 42.
+    args = eval_args(sandbox_job(), sandbox_node())
+    assert (args["dataset"], args["val_size"], args["seed"]) == ("tiny_instruct", 0.1, 42)
+    assert args["model_name_or_path"] == "/var/lib/instinct-finetune/jobs/sandbox-tiny/output"
+
+
+# --- dataset_info.json -------------------------------------------------------------------------
+
+
+def test_dataset_info_registers_the_file_under_the_dataset_name():
+    assert dataset_info(role_job(), "tiny-instruct.json") == {
+        "tiny_instruct": {"file_name": "tiny-instruct.json", "formatting": "alpaca"}
+    }
+    columns = {"messages": "conversations"}
+    assert dataset_info(role_job(dataset_format="sharegpt", dataset_columns=columns), "chats.jsonl") == {
+        "tiny_instruct": {"file_name": "chats.jsonl", "formatting": "sharegpt", "columns": columns}
+    }
+
+
+# --- job_problems ------------------------------------------------------------------------------
+
+
+def test_the_default_job_has_no_problem():
+    assert job_problems(role_job(), "node1") == []
+    assert job_problems(sandbox_job(), "node1") == []
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "shown"),
+    [
+        ("strategy", "zero2", "'zero2'"),
+        ("finetuning_type", "qlora", "'qlora'"),
+        ("per_device_train_batch_size", 0, "0"),
+        ("gradient_accumulation_steps", 0, "0"),
+        ("cutoff_len", 2.5, "2.5"),
+        ("save_steps", True, "True"),
+        ("learning_rate", 0, "0"),
+        ("learning_rate", -1.0e-4, "-0.0001"),
+        ("learning_rate", "abc", "'abc'"),
+        ("num_train_epochs", 0, "0"),
+        ("job_name", "My Job", "'My Job'"),
+        ("dataset_name", "", "''"),
+        ("model", "", "''"),
+        ("val_size", 1.5, "1.5"),
+        ("eval_steps", 0, "0"),
+        ("dataset_format", "csv", "'csv'"),
+    ],
+)
+def test_each_problem_names_the_host_the_setting_the_value_and_the_runbook(setting, value, shown):
+    problems = job_problems(role_job(**{setting: value}), "node1")
+    assert len(problems) == 1, problems
+    message = problems[0]
+    assert message.startswith(f"node1: finetune_{setting} is {shown}:"), message
+    assert message.endswith(f"See {RUNBOOK}")
+
+
+def test_missing_settings_are_problems_too():
+    job = role_job()
+    del job["model"]
+    del job["dataset_name"]
+    problems = job_problems(job, "node2")
+    assert problems == [
+        f"node2: finetune_dataset_name is None: name the dataset (the key in dataset_info.json). See {RUNBOOK}",
+        f"node2: finetune_model is None: set a path on the nodes, a hub id, or finetune_model_src. See {RUNBOOK}",
+    ]
+
+
+def test_a_job_bounded_by_steps_needs_no_epochs_and_without_split_no_eval_steps():
+    assert job_problems(role_job(num_train_epochs=0, max_steps=40), "node1") == []
+    assert job_problems(role_job(val_size=0, eval_steps=0), "node1") == []
+
+
+def test_problems_without_a_host_have_no_prefix():
+    assert job_problems(role_job(strategy="zero2"))[0].startswith("finetune_strategy is 'zero2':")
+
+
+# --- fingerprint, perplexity, env files --------------------------------------------------------
+
+
+def test_fingerprint_is_stable_for_equal_input():
+    first = job_files(role_job(), node())["fingerprint"]
+    assert re.fullmatch(r"[0-9a-f]{16}", first)
+    assert job_files(role_job(), node())["fingerprint"] == first
+    reordered = dict(reversed(list(role_job().items())))
+    assert job_files(reordered, node())["fingerprint"] == first
+    assert jobspec.fingerprint({"a": 1, "b": [1, 2]}, None) == jobspec.fingerprint({"b": [1, 2], "a": 1}, None)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("dataset_name", "other_data"),
+        ("stage", "pt"),
+        ("template", "llama3"),
+        ("finetuning_type", "full"),
+        ("lora_rank", 16),
+        ("lora_target", "q_proj,v_proj"),
+        ("cutoff_len", 2048),
+        ("per_device_train_batch_size", 4),
+        ("gradient_accumulation_steps", 8),
+        ("learning_rate", 2.0e-4),
+        ("num_train_epochs", 1.0),
+        ("max_steps", 100),
+        ("lr_scheduler_type", "linear"),
+        ("warmup_ratio", 0.0),
+        ("gradient_checkpointing", False),
+        ("bf16", False),
+        ("plot_loss", False),
+        ("val_size", 0.2),
+        ("eval_steps", 25),
+        ("per_device_eval_batch_size", 2),
+        ("logging_steps", 5),
+        ("save_steps", 50),
+        ("save_total_limit", 1),
+        ("seed", 7),
+        ("extra_args", {"dataloader_num_workers": 0}),
+        ("strategy", "fsdp"),
+        ("strategy", "ddp"),
+        ("deepspeed_offload_optimizer", False),
+        ("deepspeed_offload_param", True),
+        ("deepspeed_extra", {"gradient_clipping": 1.0}),
+    ],
+)
+def test_fingerprint_changes_with_any_setting(setting, value):
+    assert job_files(role_job(**{setting: value}), node())["fingerprint"] != job_files(role_job(), node())["fingerprint"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"model": "meta-llama/Llama-3.2-1B"}, {"device": "cpu"}, {"shared_output": True}, {"output_dir": "/data/out"}],
+)
+def test_fingerprint_changes_with_the_node(change):
+    assert job_files(role_job(), node(**change))["fingerprint"] != job_files(role_job(), node())["fingerprint"]
+
+
+def test_perplexity():
+    assert perplexity(2.0) == pytest.approx(math.exp(2))
+    assert perplexity("2.0") == pytest.approx(math.exp(2))
+    assert perplexity(0) == 1.0
+    # The recorded sandbox evaluation: eval_loss 4.533164024353027, perplexity 93.0525162237074.
+    assert perplexity(4.533164024353027) == 93.0525162237074
+    assert perplexity(1000) == math.inf
+
+
+@pytest.mark.parametrize("loss", ["nan", None, "", "abc", "inf", float("nan"), True])
+def test_no_perplexity_without_a_finite_loss(loss):
+    assert perplexity(loss) is None
+
+
+def test_env_file_reads_the_rccl_environment():
+    text = (
+        "# Ansible managed\n"
+        "# RCCL/NCCL and Gloo settings for node1; read by the launch of every training\n"
+        "# Interface chosen by fabric_iface: matched cidr 10.10.0.0/16.\n"
+        "NCCL_SOCKET_IFNAME=ens50f0\n"
+        "GLOO_SOCKET_IFNAME=ens50f0\n"
+        "NCCL_DEBUG=WARN\n"
+        "\n"
+        "HSA_FORCE_FINE_GRAIN_PCIE=1\n"
+        "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True\n"
+        "MASTER_ADDR=10.10.0.11\n"
+        "MASTER_PORT=29500\n"
+        'HF_HOME="/var/lib/instinct-finetune/hf-home"\n'
+        "  TORCH_NCCL_ASYNC_ERROR_HANDLING = 1  \n"
+        "EXTRA=a=b\n"
+        "not a setting\n"
+    )
+    assert env_file(text) == {
+        "NCCL_SOCKET_IFNAME": "ens50f0",
+        "GLOO_SOCKET_IFNAME": "ens50f0",
+        "NCCL_DEBUG": "WARN",
+        "HSA_FORCE_FINE_GRAIN_PCIE": "1",
+        "PYTORCH_HIP_ALLOC_CONF": "expandable_segments:True",
+        "MASTER_ADDR": "10.10.0.11",
+        "MASTER_PORT": "29500",
+        "HF_HOME": "/var/lib/instinct-finetune/hf-home",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        "EXTRA": "a=b",
+    }
+    # A node without the file: validate.yml slurps nothing and reads MASTER_ADDR | default('').
+    assert env_file("") == {}
+    assert env_file(None) == {}
+
+
+# --- the filters -------------------------------------------------------------------------------
+
+
+def test_a_setting_that_is_not_a_number_fails_as_a_filter_error():
+    with pytest.raises(AnsibleFilterError, match="job_files"):
+        job_files(role_job(per_device_train_batch_size="two"), node())
+
+
+def test_every_finetune_filter_has_its_documentation():
+    for name in FILTERS:
+        doc = ROOT / "plugins" / "filter" / f"{name}.yml"
+        assert doc.is_file(), f"{name} has no {doc.relative_to(ROOT)}"
+        text = yaml.safe_load(doc.read_text(encoding="utf-8"))
+        assert text["DOCUMENTATION"]["name"] == name
