@@ -16,6 +16,8 @@ import json
 import math
 import re
 
+from ansible.module_utils.parsing.convert_bool import boolean
+
 STRATEGIES = ("deepspeed_zero3", "fsdp", "ddp")
 FINETUNING_TYPES = ("lora", "full", "freeze")
 STAGES = ("sft", "pt")
@@ -34,9 +36,9 @@ def deepspeed_zero3_config(job, bf16):
     micro batch and the accumulation steps come from the job rather than being written twice.
     """
     zero = {"stage": 3}
-    if job.get("deepspeed_offload_optimizer", True):
+    if _flag(job, "deepspeed_offload_optimizer", True):
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-    if job.get("deepspeed_offload_param", False):
+    if _flag(job, "deepspeed_offload_param", False):
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
     zero["overlap_comm"] = True
     zero["contiguous_gradients"] = True
@@ -57,6 +59,12 @@ def _merge(base, extra):
         else:
             merged[key] = value
     return merged
+
+
+def _flag(settings, name, default):
+    """A switch: a bool, or text such as "false", which is what ``-e finetune_<name>=false`` passes."""
+    value = settings.get(name)
+    return default if value is None else boolean(value, strict=False)
 
 
 def use_bf16(job, device):
@@ -82,7 +90,7 @@ def train_args(job, node):
     bf16 = use_bf16(job, device)
     args = {
         "model_name_or_path": node["model"],
-        "trust_remote_code": bool(job.get("trust_remote_code", False)),
+        "trust_remote_code": _flag(job, "trust_remote_code", False),
         "stage": job.get("stage", "sft"),
         "do_train": True,
         "finetuning_type": job["finetuning_type"],
@@ -105,8 +113,8 @@ def train_args(job, node):
             # Resuming needs the optimizer state, and nodes without a shared file system each keep
             # a whole checkpoint, so that any of them can resume.
             "save_only_model": False,
-            "save_on_each_node": not node.get("shared_output", False),
-            "plot_loss": bool(job.get("plot_loss", True)),
+            "save_on_each_node": not _flag(node, "shared_output", False),
+            "plot_loss": _flag(job, "plot_loss", True),
             "report_to": "none",
             "per_device_train_batch_size": int(job["per_device_train_batch_size"]),
             "gradient_accumulation_steps": int(job["gradient_accumulation_steps"]),
@@ -117,7 +125,7 @@ def train_args(job, node):
             "bf16": bf16,
             # LLaMA-Factory's own switch: it enables checkpointing on the model itself, which also
             # covers LoRA's frozen base (the Trainer's flag would do it a second time).
-            "disable_gradient_checkpointing": not job.get("gradient_checkpointing", True),
+            "disable_gradient_checkpointing": not _flag(job, "gradient_checkpointing", True),
             "ddp_timeout": int(job.get("ddp_timeout", 180000000)),
             "seed": int(job.get("seed", 42)),
         }
@@ -154,7 +162,7 @@ def eval_args(job, node):
     """
     args = {
         "model_name_or_path": node["model"],
-        "trust_remote_code": bool(job.get("trust_remote_code", False)),
+        "trust_remote_code": _flag(job, "trust_remote_code", False),
         "stage": job.get("stage", "sft"),
         "do_train": False,
         "do_eval": True,
@@ -185,7 +193,7 @@ def dataset_info(job, file_name):
     return {job["dataset_name"]: entry}
 
 
-def job_problems(job, host=""):
+def job_problems(job, host=""):  # noqa: PLR0912 - one branch per setting reads best as a checklist
     """What is wrong with a job's settings, one message per problem (empty when it can launch)."""
     where = f"{host}: " if host else ""
     problems = []
@@ -284,8 +292,8 @@ def job_files(job, node):
 def parse_env_file(text):
     """KEY=VALUE lines of an environment file as a dict (comments and blank lines skipped)."""
     values = {}
-    for line in (text or "").splitlines():
-        line = line.strip()
+    for raw in (text or "").splitlines():
+        line = raw.strip()
         if not line or line.startswith("#"):
             continue
         key, sep, value = line.partition("=")

@@ -43,8 +43,8 @@ def parse_exit_record(text):
 def parse_trainer_log(text):
     """LLaMA-Factory's trainer_log.jsonl: every entry, in order; torn or foreign lines are skipped."""
     entries = []
-    for line in (text or "").splitlines():
-        line = line.strip()
+    for raw in (text or "").splitlines():
+        line = raw.strip()
         if not line:
             continue
         try:

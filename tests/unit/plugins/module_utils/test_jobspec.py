@@ -495,7 +495,9 @@ def test_fingerprint_is_stable_for_equal_input():
     ],
 )
 def test_fingerprint_changes_with_any_setting(setting, value):
-    assert job_files(role_job(**{setting: value}), node())["fingerprint"] != job_files(role_job(), node())["fingerprint"]
+    assert (
+        job_files(role_job(**{setting: value}), node())["fingerprint"] != job_files(role_job(), node())["fingerprint"]
+    )
 
 
 @pytest.mark.parametrize(
