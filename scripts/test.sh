@@ -71,7 +71,7 @@ do_collection() {
     ansible-galaxy collection install --offline --no-deps -p "$tmp/installed" dist/instinct-finetune-*.tar.gz
     ansible-galaxy collection list instinct.finetune | grep -E '^instinct\.finetune +0\.1\.0'
     ansible-doc -l instinct.finetune | tee /dev/stderr | grep -q 'instinct.finetune.rocminfo_facts'
-    for module in rocminfo_facts rocm_smi_facts fabric_iface; do
+    for module in rocminfo_facts rocm_smi_facts fabric_iface finetune_job_status; do
       ansible-doc "instinct.finetune.$module" | grep -q 'EXAMPLES'
     done
     ansible-doc -t filter -l instinct.finetune | grep -q 'instinct.finetune.supported_platform'
