@@ -121,6 +121,9 @@ def test_rerunning_a_finished_job_changes_nothing(site):
 
 
 def test_a_killed_rank_stops_the_job_and_the_rerun_resumes(site):
+    for host in NODES:  # a cluster kept from an earlier run may hold this job already
+        node(host, "systemctl", "stop", f"instinct-finetune-{FAULT_JOB}.service", check=False)
+        node(host, "rm", "-rf", f"{JOB_ROOT}/{FAULT_JOB}", f"/var/log/instinct-finetune/{FAULT_JOB}")
     fault = f"-e finetune_job_name={FAULT_JOB} -e finetune_max_steps=400 -e finetune_save_steps=25"
     outcome = {}
 
