@@ -238,13 +238,8 @@ def job_problems(job, host=""):  # noqa: PLR0912 - one branch per setting reads 
 
 
 def _positive_int(value):
-    if isinstance(value, bool):
-        return False
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return False
-    return number >= 1 and number == int(number)
+    number = _number(value)
+    return number is not None and number >= 1 and number.is_integer()
 
 
 def _number(value):

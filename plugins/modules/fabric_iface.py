@@ -46,7 +46,8 @@ options:
     type: str
     default: ip
 extends_documentation_fragment:
-  - instinct.finetune.read_only_facts
+  - instinct.finetune.read_only
+  - instinct.finetune.read_only.facts
 seealso:
   - module: instinct.finetune.rocminfo_facts
 """

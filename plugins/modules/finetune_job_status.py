@@ -55,12 +55,8 @@ options:
         interval without a retry line per poll.
     type: int
     default: 0
-attributes:
-  check_mode:
-    support: full
-    description: Runs the same way in check mode; it only reads.
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - instinct.finetune.read_only
 seealso:
   - module: instinct.finetune.fabric_iface
 """

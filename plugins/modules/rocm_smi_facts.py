@@ -54,7 +54,8 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
-  - instinct.finetune.read_only_facts
+  - instinct.finetune.read_only
+  - instinct.finetune.read_only.facts
 notes:
   - amd-smi prints memory in MB meaning MiB (it divides bytes by 1024*1024); the module returns
     bytes as value * 1048576, which can be up to 1 MiB under the device's exact byte count.

@@ -37,7 +37,8 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
-  - instinct.finetune.read_only_facts
+  - instinct.finetune.read_only
+  - instinct.finetune.read_only.facts
 notes:
   - rocminfo exits non-zero when it cannot open C(/dev/kfd); the module reads its output either way
     to say why.

@@ -48,6 +48,24 @@ def make_job(tmp_path, log=""):
     }
 
 
+# What the module must ask systemctl, in order, for UNIT.
+SHOW_ARGS = [
+    "show",
+    "--no-pager",
+    "-p",
+    "ActiveState",
+    "-p",
+    "SubState",
+    "-p",
+    "Result",
+    "-p",
+    "ExecMainStatus",
+    "-p",
+    "MainPID",
+    UNIT,
+]
+
+
 def test_checkpoint_listing_of_a_real_output_folder(tmp_path):
     params = make_job(tmp_path)
     listing = finetune_job_status._checkpoint_listing(params["output_dir"])
@@ -105,22 +123,7 @@ def test_wait_returns_at_once_when_the_job_is_not_running(tmp_path, monkeypatch,
     assert rc == 0
     assert len(calls) == 1
     assert clock.slept == []
-    assert calls[0] == [
-        "/usr/bin/systemctl",
-        "show",
-        "--no-pager",
-        "-p",
-        "ActiveState",
-        "-p",
-        "SubState",
-        "-p",
-        "Result",
-        "-p",
-        "ExecMainStatus",
-        "-p",
-        "MainPID",
-        UNIT,
-    ]
+    assert calls[0] == ["/usr/bin/systemctl", *SHOW_ARGS]
     assert result["changed"] is False
     assert result["state"] == "succeeded"
     assert result["unit"]["ActiveState"] == "inactive"
@@ -208,21 +211,7 @@ def test_the_module_through_ansible(tmp_path, monkeypatch):
     args = " ".join(f"{key}={value}" for key, value in params.items())
     rc, result = conftest_run_module("finetune_job_status", f"{args} tail_lines=3")
     assert rc == 0, result
-    assert (tmp_path / "argv").read_text().split() == [
-        "show",
-        "--no-pager",
-        "-p",
-        "ActiveState",
-        "-p",
-        "SubState",
-        "-p",
-        "Result",
-        "-p",
-        "ExecMainStatus",
-        "-p",
-        "MainPID",
-        UNIT,
-    ]
+    assert (tmp_path / "argv").read_text().split() == SHOW_ARGS
     assert result["changed"] is False
     assert result["state"] == "failed"  # stopped with SIGTERM before it finished
     assert result["unit"] == {

@@ -7,7 +7,7 @@ __metaclass__ = type
 
 
 class ModuleDocFragment:
-    """Attributes of the probe modules: they only read, and return facts."""
+    """Attributes of the modules that only read: the probes (which add FACTS) and the job reader."""
 
     DOCUMENTATION = r"""
 attributes:
@@ -16,6 +16,10 @@ attributes:
     description: Runs the same way in check mode; it only reads.
   diff_mode:
     support: none
+"""
+
+    FACTS = r"""
+attributes:
   facts:
     support: full
 """
