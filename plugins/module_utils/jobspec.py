@@ -116,6 +116,8 @@ def train_args(job, node):
             "save_on_each_node": not _flag(node, "shared_output", False),
             "plot_loss": _flag(job, "plot_loss", True),
             "report_to": "none",
+            # The progress export's tokens/s: one small all-gather per step.
+            "include_num_input_tokens_seen": _flag(job, "count_tokens", True),
             "per_device_train_batch_size": int(job["per_device_train_batch_size"]),
             "gradient_accumulation_steps": int(job["gradient_accumulation_steps"]),
             "learning_rate": float(job["learning_rate"]),
@@ -271,16 +273,22 @@ def perplexity(eval_loss):
         return float("inf")
 
 
+# Training settings that change what is reported, not what is trained: a finished job re-run with
+# only these changed is still the same job.
+NOT_FINGERPRINTED = ("include_num_input_tokens_seen",)
+
+
 def job_files(job, node):
     """Every file of a job on a node, plus the fingerprint that tells a finished job from a new one."""
     ds_config = None
     if job["strategy"] == "deepspeed_zero3":
         ds_config = deepspeed_zero3_config(job, use_bf16(job, node["device"]))
     train = train_args(job, node)
+    trained = {key: value for key, value in train.items() if key not in NOT_FINGERPRINTED}
     return {
         "train": train,
         "deepspeed": ds_config,
-        "fingerprint": fingerprint(train, ds_config),
+        "fingerprint": fingerprint(trained, ds_config),
     }
 
 

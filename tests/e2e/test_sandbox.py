@@ -43,7 +43,7 @@ def complete_checkpoints(host, job):
 
 
 def training_processes(host):
-    out = node(host, "pgrep", "-af", "llamafactory", check=False)
+    out = node(host, "pgrep", "-af", "torchrun|instinct_finetune_launch", check=False)
     return [line for line in out.stdout.splitlines() if "pgrep" not in line]
 
 
@@ -82,7 +82,24 @@ def test_both_ranks_trained_in_a_world_of_two_over_the_fabric_nic(site, collecte
     assert f"MASTER_ADDR={fabric_addr}" in env
     assert re.search(r"^GLOO_SOCKET_IFNAME=eth\d+$", env, re.M)
     launch = node(NODES[1], "cat", f"/etc/instinct-finetune/jobs/{JOB}/launch.env").stdout
-    assert "NNODES=2" in launch and "NODE_RANK=1" in launch and "FORCE_TORCHRUN=1" in launch
+    assert "NNODES=2" in launch and "NODE_RANK=1" in launch
+
+
+def test_every_rank_exported_its_progress_for_the_textfile_collector(site, collected):
+    """Each rank's rank<N>.prom agrees with the master's trainer log: step 40 of 40, the last loss."""
+    entries = [json.loads(line) for line in (collected / NODES[0] / "trainer_log.jsonl").read_text().splitlines()]
+    last_loss = [e["loss"] for e in entries if e.get("loss") is not None][-1]
+    for rank, host in enumerate(NODES):
+        text = node(host, "cat", f"{JOB_ROOT}/{JOB}/metrics/rank{rank}.prom").stdout
+        samples = dict(re.findall(r"^(instinct_finetune_\w+)\{[^}]*\} (\S+)$", text, re.M))
+        labels = re.search(r"^instinct_finetune_step\{([^}]*)\}", text, re.M).group(1)
+        assert f'finetune_job="{JOB}"' in labels and f'rank="{rank}"' in labels and f'node_rank="{rank}"' in labels
+        assert float(samples["instinct_finetune_step"]) == float(samples["instinct_finetune_total_steps"]) == 40
+        assert samples["instinct_finetune_running"] == "0"
+        assert samples["instinct_finetune_world_size"] == "2"
+        assert abs(float(samples["instinct_finetune_loss"]) - last_loss) < 1e-3
+        assert float(samples["instinct_finetune_tokens_per_second"]) > 0
+        assert float(samples["instinct_finetune_input_tokens_total"]) > 0
 
 
 def test_loss_decreases_and_the_plot_is_collected(collected):
@@ -143,8 +160,8 @@ def test_a_killed_rank_stops_the_job_and_the_rerun_resumes(site):
         time.sleep(1)
     saved = {h: complete_checkpoints(h, FAULT_JOB) for h in NODES}
     assert all(saved.values()), saved
-    # Kill node2's training worker (torchrun starts it as "python -u .../llamafactory/launcher.py").
-    node(NODES[1], "pkill", "-9", "-f", "python[0-9.]* -u .*llamafactory/launcher.py")
+    # Kill node2's training worker (torchrun starts it as "python -u .../instinct_finetune_launch.py").
+    node(NODES[1], "pkill", "-9", "-f", "python[0-9.]* -u .*instinct_finetune_launch.py")
     thread.join(timeout=600)
     failed = outcome["result"]
     assert failed.rc != 0

@@ -36,7 +36,7 @@ AMDGPU_BUILD=2226257
 AMDGPU_DKMS_VERSION="1:6.14.14.30100200-${AMDGPU_BUILD}.${DISTVER}"
 AMDGPU_FW_VERSION="30.10.2.0.30100200-${AMDGPU_BUILD}.${DISTVER}"
 DKMS_MODVER="6.14.14-${AMDGPU_BUILD}.${DISTVER}"
-SIM_VERSION=1.0.0
+SIM_VERSION=1.1.0
 MAINT="instinct.finetune test double <instinct-sim@invalid>"
 
 umask 022
@@ -129,6 +129,10 @@ rec mi300x-8gpu amd-smi_static_--json smi/amdsmi-static-mi300x-8gpu.json
 norec mi300x-8gpu amd-smi_metric_--json 1 "instinct-sim: no real recording of 'amd-smi metric --json' from an MI300X node exists (tests/fixtures/smi/SOURCES.md); this simulated amd-smi fails instead of inventing one"
 norec mi300x-8gpu amd-smi_topology_--json 1 "instinct-sim: no real recording of 'amd-smi topology --json' from an MI300X node exists (tests/fixtures/smi/SOURCES.md); this simulated amd-smi fails instead of inventing one"
 rec mi300x-8gpu rocm-smi_--showtopo smi/rocmsmi-showtopo-8gpu-xgmi.txt
+# The only live readings of an 8x MI300X node (one machine, one doc): the concise table and the
+# busy/VRAM view. The GPU collector falls back to them after amd-smi metric (no recording: fails).
+rec mi300x-8gpu rocm-smi smi/rocmsmi-concise-8gpu.txt
+rec mi300x-8gpu rocm-smi_-u_--showmeminfo_vram smi/rocmsmi-use-meminfo-vram-8gpu.txt
 rec mi300x-8gpu "$LSPCI_KEY" lspci/mi300x-8gpu-d-1002-74a1-PP.txt
 # driver-not-loaded: the GPUs are on the PCI bus, the kernel driver is not loaded
 rec driver-not-loaded rocminfo rocminfo/fail-rock-not-loaded.txt 1

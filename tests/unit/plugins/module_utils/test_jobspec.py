@@ -292,6 +292,8 @@ SANDBOX_TRAIN_YAML = {
     "save_on_each_node": True,
     "plot_loss": True,
     "report_to": "none",
+    # Added after that run (the progress export's tokens/s); left out of the fingerprint.
+    "include_num_input_tokens_seen": True,
     "per_device_train_batch_size": 4,
     "gradient_accumulation_steps": 1,
     "learning_rate": 0.002,
@@ -571,3 +573,11 @@ def test_every_finetune_filter_has_its_documentation():
         assert doc.is_file(), f"{name} has no {doc.relative_to(ROOT)}"
         text = yaml.safe_load(doc.read_text(encoding="utf-8"))
         assert text["DOCUMENTATION"]["name"] == name
+
+
+def test_counting_tokens_changes_the_train_yaml_but_not_the_fingerprint():
+    counted = job_files(sandbox_job(), sandbox_node())
+    uncounted = job_files({**sandbox_job(), "count_tokens": "false"}, sandbox_node())
+    assert counted["train"]["include_num_input_tokens_seen"] is True
+    assert uncounted["train"]["include_num_input_tokens_seen"] is False
+    assert counted["fingerprint"] == uncounted["fingerprint"] == SANDBOX_FINGERPRINT

@@ -1,0 +1,19 @@
+"""Filters for the monitoring role: the Prometheus server's configuration from the inventory."""
+
+from __future__ import absolute_import, division, print_function
+
+from ansible_collections.instinct.finetune.plugins.filter.build import _wrap
+from ansible_collections.instinct.finetune.plugins.module_utils import promconfig
+
+__metaclass__ = type
+
+
+class FilterModule:
+    """Monitoring filters."""
+
+    def filters(self):
+        return {
+            "scrape_target": _wrap(promconfig.scrape_target),
+            "prometheus_config": _wrap(promconfig.prometheus_config),
+            "scrape_health": _wrap(promconfig.scrape_health),
+        }
