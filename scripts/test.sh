@@ -55,6 +55,9 @@ do_changelog() { antsibull-changelog lint; }
 
 do_unit() {
   local rc=0
+  # The alert rule tests run Prometheus's own promtool (check rules, test rules).
+  PROMTOOL=$(bash scripts/ensure-promtool.sh)
+  export PROMTOOL
   pytest tests/unit || rc=$?
   [[ $rc -eq 0 ]] || { echo "unit tests failed (pytest exit $rc)"; return "$rc"; }
 }

@@ -3,7 +3,7 @@
 from __future__ import absolute_import, division, print_function
 
 from ansible_collections.instinct.finetune.plugins.filter.build import _wrap
-from ansible_collections.instinct.finetune.plugins.module_utils import promconfig
+from ansible_collections.instinct.finetune.plugins.module_utils import gpu_metrics, promconfig
 
 __metaclass__ = type
 
@@ -16,4 +16,5 @@ class FilterModule:
             "scrape_target": _wrap(promconfig.scrape_target),
             "prometheus_config": _wrap(promconfig.prometheus_config),
             "scrape_health": _wrap(promconfig.scrape_health),
+            "gpu_textfile_state": _wrap(gpu_metrics.textfile_state),
         }

@@ -414,3 +414,30 @@ def merge_textfiles(texts):
                 out.append(meta[name][kind])
         out += lines[name]
     return "\n".join(out) + "\n" if out else ""
+
+
+def textfile_state(text):
+    """What a node's ``instinct_gpu.prom`` says about its collector, for the run's summary.
+
+    Returns ``{up, stale, source, gpus, expected}`` (None where the file does not say).
+    """
+    state = dict.fromkeys(("up", "stale", "source", "gpus", "expected"))
+    names = {
+        "instinct_gpu_collector_up": "up",
+        "instinct_gpu_collector_stale": "stale",
+        "instinct_gpu_count": "gpus",
+        "instinct_gpu_expected_count": "expected",
+    }
+    for line in (text or "").splitlines():
+        match = _SAMPLE_LINE.match(line.strip())
+        if not match:
+            continue
+        name, labels = match.group(1), match.group(2) or ""
+        value = line.split()[-1] if not match.group(3) else line.split()[-2]
+        if name in names:
+            number = float(value)
+            state[names[name]] = int(number) if names[name] in ("gpus", "expected") else number == 1
+        elif name == "instinct_gpu_collector_source_info":
+            tool = re.search(r'tool="([^"]*)"', labels)
+            state["source"] = tool.group(1) if tool else None
+    return state

@@ -37,6 +37,18 @@ def _perplexity(variables):
     return None if value is None else f"{float(value):.3f}"
 
 
+def _gpu_metrics(variables):
+    exporter = variables.get("monitoring_gpu_exporter_active")
+    if not exporter:
+        return None
+    if exporter == "amd":
+        return "AMD exporter"
+    state = variables.get("monitoring_gpu_state") or {}
+    if not state.get("up"):
+        return "stale" if state.get("stale") else "down"
+    return f"{state.get('source')} {state.get('gpus')}/{state.get('expected')}"
+
+
 # (column title, how to read it from a host's variables); later stages add their columns here.
 COLUMNS = (
     ("node", lambda v: v.get("inventory_hostname", "")),
@@ -49,6 +61,7 @@ COLUMNS = (
     ("DeepSpeed", lambda v: _deepspeed(v.get("deepspeed_report"))),
     ("LLaMA-Factory", _llama_factory),
     ("fabric NIC", lambda v: f"{v['fabric_ifname']} {v.get('fabric_address')}" if v.get("fabric_ifname") else None),
+    ("GPU metrics", _gpu_metrics),
     ("job", _job),
     ("perplexity", _perplexity),
 )

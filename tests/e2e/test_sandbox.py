@@ -68,7 +68,15 @@ def test_site_runs_every_stage_on_both_nodes(site):
     assert site.failed_hosts() == []
     assert sorted(site.ok) == NODES
     plays = [p["play"] for p in site.plays]
-    stages = ("Check every node", "Install ROCm", "training stack", "fabric NIC", "fine-tune job", "Evaluate")
+    stages = (
+        "Check every node",
+        "Install ROCm",
+        "training stack",
+        "fabric NIC",
+        "Monitor the GPUs",
+        "fine-tune job",
+        "Evaluate",
+    )
     for stage in (*stages, "Summarise"):
         assert any(stage.lower() in play.lower() for play in plays), (stage, plays)
 
@@ -100,6 +108,35 @@ def test_every_rank_exported_its_progress_for_the_textfile_collector(site, colle
         assert abs(float(samples["instinct_finetune_loss"]) - last_loss) < 1e-3
         assert float(samples["instinct_finetune_tokens_per_second"]) > 0
         assert float(samples["instinct_finetune_input_tokens_total"]) > 0
+
+
+def prometheus(expr, want, timeout=90):
+    """An instant query to the sandbox's Prometheus (on node1), waiting for ``want`` series."""
+    script = (
+        "import sys, urllib.parse, urllib.request; "
+        "print(urllib.request.urlopen('http://127.0.0.1:9090/api/v1/query?' "
+        "+ urllib.parse.urlencode({'query': sys.argv[1]})).read().decode())"
+    )
+    deadline = time.monotonic() + timeout
+    while True:
+        result = json.loads(node(NODES[0], "python3", "-c", script, expr).stdout)["data"]["result"]
+        if len(result) >= want or time.monotonic() > deadline:
+            return result
+        time.sleep(3)
+
+
+def test_prometheus_shows_both_ranks_training_beside_both_nodes_gpus(site):
+    """One Prometheus (node1) holds the training of both ranks and the GPUs of both nodes."""
+    steps = prometheus(f'instinct_finetune_step{{finetune_job="{JOB}"}} == 40', want=2)
+    assert sorted((s["metric"]["instance"], s["metric"]["rank"]) for s in steps) == [(NODES[0], "0"), (NODES[1], "1")]
+    losses = prometheus(f'instinct_finetune_loss{{finetune_job="{JOB}"}}', want=2)
+    assert len({s["value"][1] for s in losses}) == 1  # the loss is the mean over ranks: one value
+    gpus = prometheus("instinct_gpu_count == 8 and on(instance) instinct_gpu_expected_count == 8", want=2)
+    assert sorted(s["metric"]["instance"] for s in gpus) == NODES
+    junction = prometheus('instinct_gpu_temperature_celsius{sensor="junction"}', want=16)
+    assert len(junction) == 16
+    summary = [d["msg"] for d in site.debug if "Print one row per node" in (d["task"] or "")]
+    assert all(any(line.startswith(host) and "rocm-smi 8/8" in line for line in summary[0]) for host in NODES)
 
 
 def test_loss_decreases_and_the_plot_is_collected(collected):

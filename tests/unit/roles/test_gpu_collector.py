@@ -52,7 +52,7 @@ def recorded_rocm_smi(node):
     )
 
 
-def run(node, rocm_smi, amd_smi):
+def run(node, rocm_smi, amd_smi, *extra):
     done = subprocess.run(
         [
             sys.executable,
@@ -71,6 +71,7 @@ def run(node, rocm_smi, amd_smi):
             "5",
             "--finetune-glob",
             str(node / "jobs" / "*" / "metrics" / "rank*.prom"),
+            *extra,
         ],
         capture_output=True,
         text=True,
@@ -142,3 +143,11 @@ def test_the_ranks_progress_files_are_merged_and_removed_with_them(node):
         path.unlink()
     run(node, rocm_smi, node / "bin" / "no-amd-smi")
     assert not (node / "textfile" / "instinct_finetune.prom").exists()
+
+
+def test_with_amds_exporter_serving_the_gpus_only_the_expected_count_is_written(node):
+    rocm_smi = recorded_rocm_smi(node)
+    run(node, rocm_smi, node / "bin" / "no-amd-smi")
+    log, text = run(node, rocm_smi, node / "bin" / "no-amd-smi", "--skip-gpus")
+    assert log == ""
+    assert [line for line in text.splitlines() if not line.startswith("#")] == ["instinct_gpu_expected_count 8"]

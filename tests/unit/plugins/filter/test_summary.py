@@ -13,6 +13,8 @@ HOSTVARS = {
         "llama_factory_left_out": [],
         "fabric_ifname": "ens50f0",
         "fabric_address": "10.10.0.11",
+        "monitoring_gpu_exporter_active": "instinct",
+        "monitoring_gpu_state": {"up": True, "stale": False, "source": "amd-smi", "gpus": 8, "expected": 8},
         "finetune_result": {"job": "llama3-lora", "state": "succeeded", "steps": 120, "total_steps": 120},
         "evaluate_result": {"perplexity": 5.43219},
     },
@@ -23,6 +25,9 @@ HOSTVARS = {
         "deepspeed_report": {"deepspeed_version": "0.16.9", "installed_ops": ["cpu_adam"]},
         "llama_factory_installed_version": "0.9.5",
         "llama_factory_left_out": ["torchvision", "torchaudio"],
+        # No tool could read the GPUs: the collector serves its last good sample.
+        "monitoring_gpu_exporter_active": "instinct",
+        "monitoring_gpu_state": {"up": False, "stale": True, "source": "rocm-smi", "gpus": 8, "expected": 8},
     },
     # A node where the play stopped after preflight.
     "mi300x-02": {"ansible_facts": {"distribution": "Ubuntu", "distribution_version": "22.04"}},
@@ -33,16 +38,16 @@ def test_one_aligned_row_per_node_with_dashes_for_stages_that_did_not_run():
     lines = node_summary(HOSTVARS, ["mi300x-01", "mi300x-02", "cpu-01"])
     assert [cell.strip() for cell in lines[0].split(" | ")] == [
         "node", "OS", "ROCm", "gfx", "GPUs", "PCI GPUs", "torch", "DeepSpeed", "LLaMA-Factory", "fabric NIC",
-        "job", "perplexity",
+        "GPU metrics", "job", "perplexity",
     ]  # fmt: skip
     assert set(lines[1]) <= {"-", "+"}
     assert [cell.strip() for cell in lines[2].split("|")] == [
         "mi300x-01", "Ubuntu 22.04", "7.0.2", "gfx942", "8", "8", "2.10.0+rocm7.0", "0.16.9 (2 ops)", "0.9.5",
-        "ens50f0 10.10.0.11", "llama3-lora succeeded 120/120", "5.432",
+        "ens50f0 10.10.0.11", "amd-smi 8/8", "llama3-lora succeeded 120/120", "5.432",
     ]  # fmt: skip
-    assert [cell.strip() for cell in lines[3].split("|")] == ["mi300x-02", "Ubuntu 22.04"] + ["-"] * 10
+    assert [cell.strip() for cell in lines[3].split("|")] == ["mi300x-02", "Ubuntu 22.04"] + ["-"] * 11
     assert [cell.strip() for cell in lines[4].split("|")][6:] == [
-        "2.13.0+cpu", "0.16.9 (1 ops)", "0.9.5 (no torchvision/torchaudio)", "-", "-", "-",
+        "2.13.0+cpu", "0.16.9 (1 ops)", "0.9.5 (no torchvision/torchaudio)", "-", "stale", "-", "-",
     ]  # fmt: skip
     bars = [i for i, c in enumerate(lines[0]) if c == "|"]
     assert bars == [i for i, c in enumerate(lines[1]) if c == "+"]

@@ -243,3 +243,18 @@ def test_rank_files_merge_into_one_declaration_per_family():
 
 def test_no_rank_file_merges_to_nothing():
     assert merge_textfiles([]) == ""
+
+
+def test_textfile_state_reads_back_what_the_summary_shows():
+    records = read_rocm_smi_plain(CONCISE, USE_VRAM)
+    good = {"source": "rocm-smi", "records": records[:7], "at": 1.0}
+    assert gpu_metrics.textfile_state(gpu_textfile(good, expected=8)) == {
+        "up": True,
+        "stale": False,
+        "source": "rocm-smi",
+        "gpus": 7,
+        "expected": 8,
+    }
+    stale = gpu_metrics.textfile_state(gpu_textfile(good, expected=8, up=False))
+    assert (stale["up"], stale["stale"]) == (False, True)
+    assert gpu_metrics.textfile_state("") == dict.fromkeys(("up", "stale", "source", "gpus", "expected"))
