@@ -49,16 +49,17 @@ def by_gpu(result):
 @pytest.mark.parametrize(
     ("expr", "expected"),
     [
-        ('instinct_gpu_temperature_celsius{sensor="junction"}', TEMPERATURE),
-        ("instinct_gpu_power_watts", POWER),
-        ("instinct_gpu_power_limit_watts", POWER_CAP),
-        ("instinct_gpu_vram_total_bytes", VRAM_TOTAL),
-        ("instinct_gpu_vram_used_bytes", VRAM_USED),
-        ("instinct_gpu_utilization_ratio", BUSY),
+        ('instinct_gpu_temperature_celsius{sensor="junction",', TEMPERATURE),
+        ("instinct_gpu_power_watts{", POWER),
+        ("instinct_gpu_power_limit_watts{", POWER_CAP),
+        ("instinct_gpu_vram_total_bytes{", VRAM_TOTAL),
+        ("instinct_gpu_vram_used_bytes{", VRAM_USED),
+        ("instinct_gpu_utilization_ratio{", BUSY),
     ],
 )
 def test_prometheus_holds_every_gpu_metric_of_all_8_gpus_with_the_recorded_values(host, expr, expected):
-    result = query(host, f'{expr}{{instance="{NODE}",job="instinct_nodes",cluster="molecule"}}', want=8)
+    # expr ends inside its label selector; the target's labels close it.
+    result = query(host, f'{expr}instance="{NODE}",job="instinct_nodes",cluster="molecule"}}', want=8)
     assert by_gpu(result) == dict(enumerate(expected))
 
 
