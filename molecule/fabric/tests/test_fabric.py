@@ -37,7 +37,7 @@ def test_the_env_file_holds_the_fabric_nic(host, facts):
     assert env["GLOO_SOCKET_IFNAME"] == facts["fabric_ifname"]
     assert env["NCCL_DEBUG"] == "WARN"
     assert env["HSA_FORCE_FINE_GRAIN_PCIE"] == "1"
-    assert env["PYTORCH_HIP_ALLOC_CONF"] == "max_split_size_mb:512"
+    assert env["PYTORCH_HIP_ALLOC_CONF"] == env["PYTORCH_ALLOC_CONF"] == "max_split_size_mb:512"
     assert ipaddress.ip_address(env["MASTER_ADDR"]) in FABRIC
     assert env["MASTER_PORT"] == "29500"
     assert "NCCL_IB_HCA" not in env  # no RDMA devices in a container
