@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The one test command (`make test`): every check, in order, from a bare machine.
 #   controller venv -> ruff -> yamllint -> ansible-lint -> syntax-check -> changelog lint
-#   -> pytest unit tests -> collection build/install/doc -> Docker engine + images -> molecule scenarios
-#   -> end-to-end on the sandbox cluster (site.yml through ansible-runner, a killed rank, a resume)
+#   -> pytest unit tests -> collection build/install/doc -> Docker engine + images
+#   -> integration: the molecule scenarios and, alongside them, the end-to-end run on the sandbox
+#      cluster (site.yml through ansible-runner, monitoring, a killed rank, a resume, health.yml)
 # Each stage prints its duration; the total is printed at the end. Any failure stops the run.
-# Run a subset with: scripts/test.sh lint unit   (stages: venv lint syntax unit collection molecule e2e)
+# Run a subset with: scripts/test.sh lint unit
+#   (stages: venv lint syntax unit collection integration, or molecule and e2e one after the other)
 # Run chosen scenarios with: MOLECULE_SCENARIOS="default fabric" scripts/test.sh molecule
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -14,7 +16,7 @@ root=$PWD
 source scripts/env.sh
 
 stages=("$@")
-[[ ${#stages[@]} -gt 0 ]] || stages=(venv lint syntax unit collection molecule e2e)
+[[ ${#stages[@]} -gt 0 ]] || stages=(venv lint syntax unit collection integration)
 
 declare -a report=()
 run_start=$SECONDS
@@ -26,6 +28,7 @@ stage() {
   "$@"
   local took=$((SECONDS - start))
   report+=("$(printf '%-28s %5ss' "$name" "$took")")
+  [[ -z ${STAGE_REPORT_FILE:-} ]] || printf '%-28s %5ss\n' "$name" "$took" >>"$STAGE_REPORT_FILE"
 }
 
 do_venv() { bash scripts/bootstrap-venv.sh; }
@@ -41,6 +44,7 @@ do_lint() {
   stage "ruff" ruff check .
   stage "ruff format" ruff format --check .
   stage "yamllint" yamllint --strict .
+  stage "markdown" pymarkdown -c .pymarkdown.json scan README.md docs
   stage "ansible-lint (production)" ansible-lint --profile production --strict
 }
 
@@ -114,6 +118,31 @@ do_e2e() {
   [[ $rc -eq 0 ]] || { echo "end-to-end tests failed (pytest exit $rc)"; return "$rc"; }
 }
 
+do_integration() {
+  # The sandbox cluster and the molecule scenarios share only the Docker engine (their networks,
+  # ports and container names differ), and both spend most of their time waiting on apt, pip and
+  # training steps: they run side by side, each lane in a subshell that stops at its first failure.
+  # The e2e lane logs to a file, printed when both lanes are done.
+  local logs=$root/artifacts/test-logs
+  mkdir -p "$logs"
+  : >"$logs/molecule-stages.txt"
+  local e2e_start=$SECONDS
+  (do_e2e) >"$logs/e2e.log" 2>&1 &
+  local e2e_pid=$!
+  (STAGE_REPORT_FILE=$logs/molecule-stages.txt do_molecule) &
+  local molecule_pid=$!
+  local rc=0 e2e_rc=0
+  wait "$molecule_pid" || rc=$?
+  wait "$e2e_pid" || e2e_rc=$?
+  local e2e_took=$((SECONDS - e2e_start))
+  printf '\n===== e2e sandbox (ran alongside the molecule scenarios; %s) =====\n' "$logs/e2e.log"
+  cat "$logs/e2e.log"
+  mapfile -t -O "${#report[@]}" report <"$logs/molecule-stages.txt"
+  report+=("$(printf '%-28s %5ss' "e2e sandbox (parallel)" "$e2e_took")")
+  [[ $rc -eq 0 ]] || { echo "molecule scenarios failed (exit $rc)"; return "$rc"; }
+  [[ $e2e_rc -eq 0 ]] || { echo "end-to-end tests failed (exit $e2e_rc)"; return "$e2e_rc"; }
+}
+
 for s in "${stages[@]}"; do
   case $s in
     venv) stage "controller venv" do_venv ;;
@@ -123,7 +152,8 @@ for s in "${stages[@]}"; do
     collection) stage "collection build+install" do_collection ;;
     molecule) stage "docker engine + images" do_images; do_molecule ;;
     e2e) stage "docker engine + images" do_images; stage "e2e sandbox" do_e2e ;;
-    *) echo "unknown stage $s (venv lint syntax unit collection molecule e2e)" >&2; exit 2 ;;
+    integration) stage "docker engine + images" do_images; stage "integration" do_integration ;;
+    *) echo "unknown stage $s (venv lint syntax unit collection integration molecule e2e)" >&2; exit 2 ;;
   esac
 done
 
