@@ -1,0 +1,391 @@
+# Copyright: instinct.finetune contributors
+# Apache License 2.0 (see LICENSE)
+"""The facts diagnose.yml's rules read, built from what it collected on a node (pure functions).
+
+``node_facts(raw, probes, settings)`` turns the raw sections of ``roles/diagnose/files/gather.py``
+and the probe results (rocminfo_facts, rocm_smi_facts, the venv probe, ds_report) into one document
+per node. Every section is present only when it was collected (``--tags`` limits what is), so a
+rule about a section that did not run finds null and does not apply. The rules themselves are data
+(``roles/diagnose/files/rules.yml``): JMESPath expressions over this document.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import math
+import re
+
+from ansible_collections.instinct.finetune.plugins.module_utils import ds_report as ds_report_utils
+from ansible_collections.instinct.finetune.plugins.module_utils import gpu_metrics, jobstate, pci, pystack
+
+__metaclass__ = type
+
+ROCM_REASONS_DRIVER = ("driver_not_loaded",)
+ROCM_REASONS_PERMISSION = ("kfd_permission", "kfd_permission_not_render_group")
+
+
+def _probe_reason(result):
+    """The failure reason of a probe module's registered result (None when it succeeded or did not run)."""
+    if not result or result.get("skipped"):
+        return None
+    # The role registers the probes with failed_when: false, so "failed" is false even when they
+    # failed; the module's reason code says what went wrong.
+    if result.get("reason"):
+        return result["reason"]
+    return "failed" if result.get("failed") else None
+
+
+def _os(raw, settings):
+    return {
+        "distribution": settings.get("distribution"),
+        "version": settings.get("distribution_version"),
+        "supported": settings.get("platform_supported"),
+        "kernel": raw.get("kernel"),
+        "headers": raw.get("headers"),
+    }
+
+
+def _driver(raw, rocminfo):
+    reason = _probe_reason(rocminfo)
+    loaded = None
+    if rocminfo and not rocminfo.get("skipped"):
+        loaded = reason not in ROCM_REASONS_DRIVER and reason != "missing_binary"
+    return {
+        "rocminfo": "missing" if reason == "missing_binary" else ("failed" if reason else "ok"),
+        "loaded": loaded,
+        "reason": reason,
+        "message": (rocminfo or {}).get("msg") if reason else None,
+        "module_loaded": raw.get("module_loaded"),
+        "kfd_exists": raw.get("kfd_exists"),
+    }
+
+
+def _permissions(raw, rocminfo):
+    groups = raw.get("groups") or []
+    return {
+        "user": raw.get("user"),
+        "user_exists": raw.get("user_exists"),
+        "in_render": "render" in groups,
+        "in_video": "video" in groups,
+        "kfd": raw.get("kfd"),
+        "kfd_denied": _probe_reason(rocminfo) in ROCM_REASONS_PERMISSION,
+    }
+
+
+def _gpus(raw, rocminfo, smi, settings):
+    pci_paths = [path for text in raw.get("lspci") or [] for path in pci.parse_lspci_paths(text)]
+    rocm = (rocminfo or {}).get("ansible_facts", {}).get("rocm_gpu_count")
+    smi_gpus = (smi or {}).get("ansible_facts", {}).get("rocm_smi_gpus")
+    expected = int(settings.get("expected_gpus") or 0) or len(pci_paths)
+    seen = rocm if rocm is not None else (len(smi_gpus) if smi_gpus is not None else None)
+    reasons = {_probe_reason(rocminfo), _probe_reason(smi)}
+    return {
+        "pci": len(pci_paths),
+        "rocm": rocm,
+        "smi": None if smi_gpus is None else len(smi_gpus),
+        "expected": expected,
+        "missing": max(0, expected - seen) if seen is not None else None,
+        "unparsed": "unparsable" in reasons,
+    }
+
+
+def _topology(smi):
+    facts = (smi or {}).get("ansible_facts") or {}
+    topology = facts.get("rocm_smi_topology") or {}
+    return {
+        "gpus": len(facts.get("rocm_smi_gpus") or []),
+        "all_xgmi": topology.get("all_xgmi"),
+        "pcie_pairs": topology.get("pcie_pairs") or [],
+        "numa_nodes": topology.get("numa_nodes") or {},
+    }
+
+
+def _thermal(smi, settings):
+    gpus = ((smi or {}).get("ansible_facts") or {}).get("rocm_smi_gpus") or []
+    limit = float(settings.get("temperature_limit") or 95)
+    readings = [(gpu["index"], gpu.get("temperature_c")) for gpu in gpus if gpu.get("temperature_c") is not None]
+    return {
+        "limit": limit,
+        "max_celsius": max((t for _, t in readings), default=None),
+        "hot_gpus": [index for index, t in readings if t >= limit],
+    }
+
+
+def _repositories(raw):
+    sources = raw.get("rocm_sources") or []
+    return {
+        "rocm_sources": len(sources),
+        "trusted_yes": [s["file"] for s in sources if s.get("trusted_yes")],
+        "unsigned": [s["file"] for s in sources if not s.get("signed_by")],
+        "missing_keys": [s["file"] for s in sources if s.get("signed_by") and not s.get("keys_present")],
+    }
+
+
+def _env(text):
+    values = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and not key.startswith("#"):
+            values[key.strip()] = value.strip().strip("\"'")
+    return values
+
+
+def _fabric(raw, smi):
+    env = _env(raw.get("env"))
+    nic = raw.get("nic")
+    problems = []
+    if raw.get("env_file") and not nic:
+        problems.append("the RCCL environment sets no NCCL_SOCKET_IFNAME")
+    if nic:
+        if not nic.get("exists"):
+            problems.append(f"NCCL_SOCKET_IFNAME={nic['name']} is not an interface of this node")
+        elif nic.get("operstate") not in ("up", "unknown"):
+            problems.append(f"{nic['name']} is {nic.get('operstate')}")
+        elif not nic.get("ipv4"):
+            problems.append(f"{nic['name']} has no IPv4 address")
+        if env.get("GLOO_SOCKET_IFNAME") and env.get("GLOO_SOCKET_IFNAME") != nic["name"]:
+            problems.append(f"GLOO_SOCKET_IFNAME={env['GLOO_SOCKET_IFNAME']} differs from NCCL_SOCKET_IFNAME")
+    gpu_numa = sorted(int(node) for node in _topology(smi)["numa_nodes"])
+    nic_numa = (nic or {}).get("numa_node")
+    return {
+        "configured": bool(raw.get("env_file")),
+        "ifname": (nic or {}).get("name"),
+        "master_addr": env.get("MASTER_ADDR"),
+        "problems": problems,
+        "nic_numa_node": nic_numa,
+        "gpu_numa_nodes": gpu_numa,
+        # The NIC sits on a socket none of the GPUs is on: every collective crosses the socket link.
+        "cross_socket": nic_numa is not None and nic_numa >= 0 and bool(gpu_numa) and nic_numa not in gpu_numa,
+        "timeouts": raw.get("timeouts") or [],
+    }
+
+
+def _libraries(raw, rocminfo):
+    gfx = ((rocminfo or {}).get("ansible_facts") or {}).get("rocm_gfx_archs") or []
+    installed = raw.get("hipblaslt") or raw.get("rccl")
+    archs = raw.get("hipblaslt_archs") or []
+    return {
+        "rocm_installed": bool(installed),
+        "missing": [name for name in ("hipblaslt", "rccl") if installed and not raw.get(name)],
+        "hipblaslt_archs": archs,
+        "archs_without_kernels": [a for a in gfx if raw.get("hipblaslt") and archs and a not in archs],
+    }
+
+
+def _torch(venv, rocminfo, settings):
+    if not venv or venv.get("skipped"):
+        return {"installed": None}
+    if not venv.get("python"):
+        return {"installed": False, "python_ok": None, "problems": [], "companions": {}}
+    probe = venv.get("torch") or {}
+    python = venv.get("python")
+    facts = (rocminfo or {}).get("ansible_facts") or {}
+    problems = []
+    if probe.get("error"):
+        problems.append(f"import torch fails: {probe['error']}")
+    elif settings.get("torch_on_gpu"):
+        problems = pystack.torch_problems(probe, facts.get("rocm_gfx_archs") or [], facts.get("rocm_gpu_count") or 0)
+    wanted = settings.get("torch_version")
+    llamafactory = venv.get("llamafactory_error")
+    return {
+        "installed": "No module named 'torch'" not in (probe.get("error") or ""),
+        "python": python,
+        "python_ok": tuple(int(p) for p in python.split(".")[:2]) >= (3, 11),
+        "version": probe.get("version"),
+        "problems": problems,
+        "illegal_instruction": any("no kernels for" in p or "not a ROCm build" in p for p in problems),
+        "companions": {name: error for name, error in (venv.get("companions") or {}).items() if error},
+        "replaced": bool(wanted and probe.get("version") and not str(probe["version"]).startswith(str(wanted))),
+        "llamafactory_error": llamafactory,
+        # Not installed yet is not a fault; installed and failing to import is.
+        "llamafactory_broken": bool(llamafactory) and "No module named 'llamafactory'" not in llamafactory,
+    }
+
+
+def _deepspeed(venv, report_text):
+    if not venv or venv.get("skipped") or not venv.get("python"):
+        return {"installed": None}
+    error = venv.get("deepspeed_error")
+    if error and "No module named 'deepspeed'" in error:
+        return {"installed": False, "problems": []}
+    problems = [f"import deepspeed fails: {error}"] if error else []
+    report = None
+    if report_text:
+        try:
+            report = ds_report_utils.parse_ds_report(report_text)
+        except ValueError as err:
+            problems.append(f"ds_report: {err}")
+    if (
+        report
+        and report.get("accelerator") not in (None, "cuda", "cpu")
+        and "rocm" not in str(report.get("accelerator"))
+    ):
+        problems.append(f"DeepSpeed's accelerator is {report.get('accelerator')}")
+    return {
+        "installed": True,
+        "problems": problems,
+        "hip": (report or {}).get("hip_version"),
+        "ops_prebuilt": (report or {}).get("ops_prebuilt"),
+    }
+
+
+def _memory(raw, settings):
+    available = raw.get("available_mb")
+    return {
+        "total_mb": raw.get("total_mb"),
+        "available_mb": available,
+        "low": available is not None and available < float(settings.get("min_free_memory_gb") or 0) * 1024,
+        "hip_alloc_conf": raw.get("hip_alloc_conf"),
+        "oom": raw.get("oom") or [],
+    }
+
+
+def _disk(raw, settings):
+    minimum = float(settings.get("min_free_disk_gb") or 0)
+    return {
+        "paths": raw.get("paths") or [],
+        "low": [p["path"] for p in raw.get("paths") or [] if p["free_gb"] < minimum],
+        "no_space_errors": raw.get("no_space_errors") or [],
+    }
+
+
+def _jobs(raw, now, settings):
+    stall = float(settings.get("stall_minutes") or 15) * 60
+    failed, stalled, bad_eval = [], [], []
+    for job in raw.get("jobs") or []:
+        evaluation = job.get("eval")
+        if evaluation is not None:
+            perplexity = evaluation.get("perplexity") if isinstance(evaluation, dict) else None
+            if not isinstance(perplexity, (int, float)) or not math.isfinite(perplexity):
+                bad_eval.append({"job": job["name"], "perplexity": perplexity})
+        record = jobstate.parse_exit_record(job.get("exit_record") or "")
+        if record and record.get("result") not in (None, "success") and job.get("unit_state") != "active":
+            failed.append({"job": job["name"], "result": record.get("result"), "status": record.get("status")})
+        for rank, values in sorted((job.get("ranks") or {}).items()):
+            last = values.get("instinct_finetune_last_step_timestamp_seconds")
+            if values.get("instinct_finetune_running") == 1 and last is not None and now - last > stall:
+                stalled.append({"job": job["name"], "rank": rank, "minutes": round((now - last) / 60, 1)})
+    return {"count": len(raw.get("jobs") or []), "failed": failed, "stalled": stalled, "bad_eval": bad_eval}
+
+
+def _monitoring(raw):
+    state = gpu_metrics.textfile_state(raw.get("textfile") or "")
+    installed = raw.get("textfile") is not None or raw.get("collector_timer") == "active"
+    return {
+        "installed": installed,
+        "collector_down": installed and state["up"] is False,
+        "stale": bool(state["stale"]),
+        "node_exporter_down": installed and raw.get("node_exporter") != "active",
+        "ecc_uncorrectable": _uncorrectable(raw.get("textfile") or ""),
+    }
+
+
+def _uncorrectable(text):
+    counts = re.findall(r'^instinct_gpu_ecc_errors_total\{gpu="(\d+)",severity="uncorrectable"\} (\S+)$', text, re.M)
+    return [int(gpu) for gpu, value in counts if float(value) > 0]
+
+
+def node_facts(raw, probes, settings):
+    """The diagnose facts of one node.
+
+    ``raw``: gather.py's JSON (sections by name). ``probes``: the registered results of
+    ``rocminfo`` and ``smi`` (the probe modules), ``venv`` (venv_probe.py's JSON or
+    ``{"skipped": true}``) and ``ds_report`` (its stdout or None). ``settings``: expected_gpus,
+    temperature_limit, min_free_disk_gb, min_free_memory_gb, stall_minutes, torch_on_gpu,
+    torch_version, and the platform facts (distribution, distribution_version, platform_supported).
+    """
+    rocminfo, smi = probes.get("rocminfo"), probes.get("smi")
+    facts = {}
+    sections = {
+        "os": lambda r: _os(r, settings),
+        "driver": lambda r: _driver(r, rocminfo),
+        "permissions": lambda r: _permissions(r, rocminfo),
+        "gpus": lambda r: _gpus(r, rocminfo, smi, settings),
+        "kernel-log": lambda r: {"amdgpu_errors": r.get("amdgpu_errors") or []},
+        "repositories": _repositories,
+        "fabric": lambda r: _fabric(r, smi),
+        "libraries": lambda r: _libraries(r, rocminfo),
+        "builds": lambda r: {"failed": r.get("failed") or []},
+        "memory": lambda r: _memory(r, settings),
+        "disk": lambda r: _disk(r, settings),
+        "jobs": lambda r: _jobs(r, raw.get("time") or 0, settings),
+        "monitoring": _monitoring,
+    }
+    errors = {}
+    for name, build in sections.items():
+        if name in raw:
+            if isinstance(raw[name], dict) and "error" in raw[name] and len(raw[name]) == 1:
+                errors[name] = raw[name]["error"]
+                continue
+            facts[name.replace("-", "_")] = build(raw[name])
+    if smi is not None and not smi.get("skipped"):
+        facts["topology"] = _topology(smi)
+        facts["thermal"] = _thermal(smi, settings)
+    if "venv" in probes:
+        facts["torch"] = _torch(probes.get("venv"), rocminfo, settings)
+        facts["deepspeed"] = _deepspeed(probes.get("venv"), probes.get("ds_report"))
+    facts["collection_errors"] = errors
+    return facts
+
+
+def findings(facts, rules, evaluate):
+    """The rules that apply to a node: ``[{id, runbook, tag, title, detail}]`` in rule order.
+
+    ``evaluate(expression, facts)`` runs a JMESPath expression (Ansible's json_query, or jmespath
+    itself); a rule applies when its ``when`` is truthy, and its ``detail`` expression (optional)
+    says what was found.
+    """
+    found = []
+    for rule in rules:
+        if evaluate(rule["when"], facts):
+            detail = evaluate(rule["detail"], facts) if rule.get("detail") else None
+            found.append(
+                {
+                    "id": rule["id"],
+                    "runbook": rule["runbook"],
+                    "tag": rule["tag"],
+                    "title": rule["title"],
+                    "detail": detail,
+                }
+            )
+    return found
+
+
+RULE_KEYS = ("id", "title", "runbook", "tag", "when")
+
+
+def rule_problems(rules, tags, compile_expression=None):
+    """The rules that cannot be evaluated: a key missing, an unknown tag, a duplicate id, or (with
+    ``compile_expression``, e.g. ``jmespath.compile``) an expression that does not parse.
+    Returns ``[{id, problem}]``."""
+    problems = []
+    seen = set()
+    for number, rule in enumerate(rules or []):
+        if not isinstance(rule, dict):
+            problems.append({"id": f"#{number}", "problem": "not a mapping"})
+            continue
+        rule_id = rule.get("id") or f"#{number}"
+        missing = [key for key in RULE_KEYS if not rule.get(key)]
+        if missing:
+            problems.append({"id": rule_id, "problem": f"lacks {', '.join(missing)}"})
+            continue
+        if rule["tag"] not in tags:
+            problems.append({"id": rule_id, "problem": f"tag '{rule['tag']}' is not a check"})
+        if rule_id in seen:
+            problems.append({"id": rule_id, "problem": "the id is used twice"})
+        seen.add(rule_id)
+        for key in ("when", "detail"):
+            if compile_expression and rule.get(key):
+                try:
+                    compile_expression(rule[key])
+                except Exception as error:
+                    problems.append({"id": rule_id, "problem": f"{key}: {error}"})
+    return problems
+
+
+def host_report(host_vars):
+    """One node's part of diagnose.json: what applies and the facts it was decided on."""
+    return {
+        "runbooks": [finding["runbook"] for finding in host_vars.get("diagnose_findings") or []],
+        "findings": list(host_vars.get("diagnose_findings") or []),
+        "facts": host_vars.get("diagnose_facts") or {},
+    }

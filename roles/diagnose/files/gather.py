@@ -1,0 +1,284 @@
+#!/usr/bin/python3
+# Copyright: instinct.finetune contributors
+# Apache License 2.0 (see LICENSE)
+"""Read-only collection of a node's state for playbooks/diagnose.yml (standard library only).
+
+Prints one JSON document with the raw state of the requested sections; nothing here changes the
+node. The controller turns it into the facts the rules read (plugins/module_utils/diagnose.py).
+Usage: gather.py SETTINGS_JSON SECTION... (or "all").
+"""
+
+import contextlib
+import glob
+import grp
+import json
+import os
+import pwd
+import re
+import shutil
+import stat
+import subprocess
+import sys
+
+SECTIONS = (
+    "os",
+    "driver",
+    "permissions",
+    "gpus",
+    "kernel-log",
+    "repositories",
+    "fabric",
+    "libraries",
+    "builds",
+    "memory",
+    "disk",
+    "jobs",
+    "monitoring",
+)
+# amdgpu kernel messages that mean a GPU or its memory is failing (RAS, resets, failed probes).
+AMDGPU_ERRORS = re.compile(
+    r"amdgpu.*(error|fail|fault|timeout|RAS|uncorrect|GPU reset|ring .* timeout|hang)", re.IGNORECASE
+)
+# What training logs say when a collective timed out or memory ran out.
+COLLECTIVE_TIMEOUT = re.compile(
+    r"(Watchdog caught collective operation timeout|NCCL.*[Tt]imeout|RCCL.*[Tt]imeout|"
+    r"Socket Timeout|Connection reset by peer|DistNetworkError)"
+)
+OUT_OF_MEMORY = re.compile(r"(HIP out of memory|CUDA out of memory|OutOfMemoryError|hipErrorOutOfMemory)")
+NO_SPACE = re.compile(r"No space left on device")
+LOG_TAIL_BYTES = 2_000_000
+
+
+def run(argv, timeout=30):
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return {"rc": None, "stdout": "", "stderr": str(error)}
+    return {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr[-2000:]}
+
+
+def read(path, limit=None):
+    try:
+        with open(path, "rb") as handle:
+            if limit:
+                handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, handle.tell() - limit))
+            return handle.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def matching_lines(text, pattern, keep=20):
+    lines = [line.strip() for line in (text or "").splitlines() if pattern.search(line)]
+    return lines[-keep:]
+
+
+def section_os(settings):
+    release = os.uname().release
+    build = f"/lib/modules/{release}/build"
+    return {"kernel": release, "headers": os.path.isdir(build)}
+
+
+def section_driver(settings):
+    return {
+        "module_loaded": os.path.isdir("/sys/module/amdgpu"),
+        "initstate": (read("/sys/module/amdgpu/initstate") or "").strip() or None,
+        "kfd_exists": os.path.exists("/dev/kfd"),
+    }
+
+
+def section_permissions(settings):
+    user = settings["service_user"]
+    result = {"user": user, "user_exists": True, "groups": [], "kfd": None}
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        result["user_exists"] = False
+        return result
+    groups = {g.gr_name for g in grp.getgrall() if user in g.gr_mem}
+    with contextlib.suppress(KeyError):
+        groups.add(grp.getgrgid(entry.pw_gid).gr_name)
+    result["groups"] = sorted(groups)
+    try:
+        info = os.stat("/dev/kfd")
+        result["kfd"] = {"mode": oct(stat.S_IMODE(info.st_mode)), "group": grp.getgrgid(info.st_gid).gr_name}
+    except (OSError, KeyError):
+        pass
+    return result
+
+
+def section_gpus(settings):
+    lspci = shutil.which("lspci")
+    outputs = []
+    for device in settings["pci_ids"]:
+        outputs.append(run([lspci, "-d", f"1002:{device}", "-PP"]) if lspci else {"rc": None, "stdout": ""})
+    return {"lspci": [out["stdout"] for out in outputs], "lspci_found": bool(lspci)}
+
+
+def section_kernel_log(settings):
+    journal = run(["journalctl", "-k", "-b", "--no-pager", "-o", "short-iso", "-n", "20000"])
+    text = journal["stdout"] if journal["rc"] == 0 else run(["dmesg", "--ctime"])["stdout"]
+    return {"amdgpu_errors": matching_lines(text, AMDGPU_ERRORS, settings["kernel_log_keep"])}
+
+
+def section_repositories(settings):
+    entries = []
+    for path in sorted(glob.glob("/etc/apt/sources.list.d/*")):
+        text = read(path) or ""
+        if "repo.radeon.com" not in text and "/rocm/apt" not in text and "/amdgpu/" not in text:
+            continue
+        keys = re.findall(r"signed-by=([^\]\s]+)", text, re.IGNORECASE)
+        keys += re.findall(r"^Signed-By:\s*(/\S+)\s*$", text, re.MULTILINE | re.IGNORECASE)
+        entries.append(
+            {
+                "file": path,
+                "trusted_yes": bool(re.search(r"trusted\s*[=:]\s*yes", text, re.IGNORECASE)),
+                "signed_by": keys,
+                "keys_present": all(os.path.isfile(key) for key in keys) if keys else False,
+            }
+        )
+    return {"rocm_sources": entries}
+
+
+def _logs(settings):
+    return sorted(glob.glob(os.path.join(settings["log_root"], "*", "*.log")))
+
+
+def section_fabric(settings):
+    env_text = read(settings["env_file"])
+    result = {"env_file": env_text is not None, "env": env_text or "", "nic": None, "timeouts": []}
+    names = re.findall(r"^NCCL_SOCKET_IFNAME=(.+)$", env_text or "", re.MULTILINE)
+    if names:
+        name = names[-1].strip().strip("\"'")
+        base = f"/sys/class/net/{name}"
+        addresses = run(["ip", "-j", "-4", "addr", "show", "dev", name])
+        try:
+            ipv4 = [a["local"] for item in json.loads(addresses["stdout"] or "[]") for a in item.get("addr_info", [])]
+        except ValueError:
+            ipv4 = []
+        numa = (read(f"{base}/device/numa_node") or "").strip()
+        result["nic"] = {
+            "name": name,
+            "exists": os.path.isdir(base),
+            "operstate": (read(f"{base}/operstate") or "").strip() or None,
+            "ipv4": ipv4,
+            "numa_node": int(numa) if re.match(r"^-?\d+$", numa) else None,
+        }
+    for log in _logs(settings):
+        for line in matching_lines(read(log, LOG_TAIL_BYTES), COLLECTIVE_TIMEOUT, 3):
+            result["timeouts"].append({"log": log, "line": line[:400]})
+    return result
+
+
+def section_libraries(settings):
+    lib = os.path.join(settings["rocm_path"], "lib")
+    tensile = glob.glob(os.path.join(lib, "hipblaslt", "library", "*"))
+    archs = sorted({m.group(0) for path in tensile for m in [re.search(r"gfx[0-9a-f]+", os.path.basename(path))] if m})
+    return {
+        "hipblaslt": bool(glob.glob(os.path.join(lib, "libhipblaslt.so*"))),
+        "rccl": bool(glob.glob(os.path.join(lib, "librccl.so*"))),
+        "hipblaslt_archs": archs,
+    }
+
+
+def section_builds(settings):
+    failed = []
+    for log in sorted(glob.glob(os.path.join(settings["build_log_dir"], "build-*.log"))):
+        tail = (read(log, 20000) or "").strip().splitlines()[-5:]
+        text = "\n".join(tail)
+        if re.search(r"(error:|Error|FAILED|failed with exit code|exited with|Traceback)", text):
+            failed.append({"log": log, "tail": tail})
+    return {"failed": failed}
+
+
+def section_memory(settings):
+    info = {}
+    for line in (read("/proc/meminfo") or "").splitlines():
+        key, _, value = line.partition(":")
+        if value.strip().endswith("kB"):
+            info[key] = int(value.split()[0]) // 1024
+    env_text = read(settings["env_file"]) or ""
+    alloc = re.findall(r"^PYTORCH_(?:HIP_)?ALLOC_CONF=(.*)$", env_text, re.MULTILINE)
+    oom = []
+    for log in _logs(settings):
+        for line in matching_lines(read(log, LOG_TAIL_BYTES), OUT_OF_MEMORY, 2):
+            oom.append({"log": log, "line": line[:400]})
+    return {
+        "total_mb": info.get("MemTotal"),
+        "available_mb": info.get("MemAvailable"),
+        "hip_alloc_conf": alloc[-1] if alloc else None,
+        "oom": oom,
+    }
+
+
+def section_disk(settings):
+    paths = []
+    for path in settings["disk_paths"]:
+        probe = path
+        while probe and not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        usage = shutil.disk_usage(probe or "/")
+        paths.append(
+            {"path": path, "free_gb": round(usage.free / 1024**3, 1), "total_gb": round(usage.total / 1024**3, 1)}
+        )
+    full = []
+    for log in _logs(settings):
+        for line in matching_lines(read(log, LOG_TAIL_BYTES), NO_SPACE, 2):
+            full.append({"log": log, "line": line[:400]})
+    return {"paths": paths, "no_space_errors": full}
+
+
+def section_jobs(settings):
+    jobs = []
+    for folder in sorted(glob.glob(os.path.join(settings["jobs_root"], "*"))):
+        if not os.path.isdir(folder):
+            continue
+        name = os.path.basename(folder)
+        unit = f"instinct-finetune-{name}.service"
+        active = run(["systemctl", "is-active", unit])["stdout"].strip() or None
+        ranks = {}
+        for path in glob.glob(os.path.join(folder, "metrics", "rank*.prom")):
+            values = dict(re.findall(r"^(instinct_finetune_\w+)\{[^}]*\} (\S+)$", read(path) or "", re.MULTILINE))
+            ranks[os.path.basename(path)] = {key: float(value) for key, value in values.items()}
+        evaluation = None
+        text = read(os.path.join(folder, "output", "eval.json"))
+        if text is not None:
+            try:
+                evaluation = json.loads(text)
+            except ValueError:
+                evaluation = {"unreadable": text[:200]}
+        jobs.append(
+            {
+                "name": name,
+                "unit_state": active,
+                "exit_record": (read(os.path.join(folder, "exit-status")) or "").strip() or None,
+                "ranks": ranks,
+                "eval": evaluation,
+            }
+        )
+    return {"jobs": jobs}
+
+
+def section_monitoring(settings):
+    return {
+        "textfile": read(os.path.join(settings["textfile_dir"], "instinct_gpu.prom")),
+        "collector_timer": run(["systemctl", "is-active", "instinct-gpu-collector.timer"])["stdout"].strip() or None,
+        "node_exporter": run(["systemctl", "is-active", "prometheus-node-exporter"])["stdout"].strip() or None,
+    }
+
+
+def main(argv):
+    settings = json.loads(argv[1])
+    wanted = SECTIONS if "all" in argv[2:] else [s for s in argv[2:] if s in SECTIONS]
+    out = {"time": __import__("time").time()}
+    for section in wanted:
+        try:
+            out[section] = globals()["section_" + section.replace("-", "_")](settings)
+        except Exception as error:
+            out[section] = {"error": f"{type(error).__name__}: {error}"}
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,292 @@
+"""diagnose: the facts built from what a node's checks collected, and the rules (rules.yml)
+evaluated on them with jmespath (what community.general.json_query runs), on real recordings."""
+
+from pathlib import Path
+
+import jmespath
+import pytest
+import yaml
+
+from ansible_collections.instinct.finetune.plugins.module_utils import diagnose
+from ansible_collections.instinct.finetune.plugins.module_utils.rocm_smi import build_facts, parse_amdsmi_static
+from ansible_collections.instinct.finetune.plugins.module_utils.rocminfo import RocminfoError, parse_rocminfo
+
+ROOT = Path(__file__).resolve().parents[4]
+FIXTURES = ROOT / "tests" / "fixtures"
+RULES = yaml.safe_load((ROOT / "roles" / "diagnose" / "files" / "rules.yml").read_text())
+TAGS = yaml.safe_load((ROOT / "roles" / "diagnose" / "vars" / "main.yml").read_text())["diagnose_gather_sections"] + [
+    "topology",
+    "thermal",
+    "torch",
+    "deepspeed",
+]
+LSPCI = (FIXTURES / "lspci" / "mi300x-8gpu-d-1002-74a1-PP.txt").read_text()
+SETTINGS = {
+    "expected_gpus": 0,
+    "temperature_limit": 95,
+    "min_free_disk_gb": 50,
+    "min_free_memory_gb": 16,
+    "stall_minutes": 15,
+    "torch_on_gpu": True,
+    "torch_version": "",
+    "distribution": "Ubuntu",
+    "distribution_version": "22.04",
+    "platform_supported": True,
+}
+
+
+def rocminfo_result(fixture):
+    """What rocminfo_facts registers for a recording: its facts, or its failure with the reason."""
+    text = (FIXTURES / "rocminfo" / fixture).read_text()
+    try:
+        return {"changed": False, "ansible_facts": parse_rocminfo(text)}
+    except RocminfoError as error:
+        return {"changed": False, "failed": False, "msg": str(error), "reason": error.reason}
+
+
+def smi_result():
+    gpus = parse_amdsmi_static((FIXTURES / "smi" / "amdsmi-static-mi300x-8gpu.json").read_text())
+    return {"changed": False, "ansible_facts": build_facts(gpus, [])}
+
+
+def healthy_raw(**changes):
+    raw = {
+        "time": 1_800_000_000.0,
+        "os": {"kernel": "6.8.0-57-generic", "headers": True},
+        "driver": {"module_loaded": True, "initstate": "live", "kfd_exists": True},
+        "permissions": {
+            "user": "instinct",
+            "user_exists": True,
+            "groups": ["instinct", "render", "video"],
+            "kfd": {"mode": "0o660", "group": "render"},
+        },
+        "gpus": {"lspci": [LSPCI, "", "", "", "", "", ""], "lspci_found": True},
+        "kernel-log": {"amdgpu_errors": []},
+        "repositories": {
+            "rocm_sources": [
+                {
+                    "file": "/etc/apt/sources.list.d/rocm.sources",
+                    "trusted_yes": False,
+                    "signed_by": ["/etc/apt/keyrings/rocm.asc"],
+                    "keys_present": True,
+                }
+            ]
+        },
+        "fabric": {
+            "env_file": True,
+            "env": "NCCL_SOCKET_IFNAME=ens50f0\nGLOO_SOCKET_IFNAME=ens50f0\nMASTER_ADDR=10.10.0.11\n",
+            "nic": {"name": "ens50f0", "exists": True, "operstate": "up", "ipv4": ["10.10.0.11"], "numa_node": 0},
+            "timeouts": [],
+        },
+        "libraries": {"hipblaslt": True, "rccl": True, "hipblaslt_archs": ["gfx942", "gfx950"]},
+        "builds": {"failed": []},
+        "memory": {
+            "total_mb": 2_000_000,
+            "available_mb": 1_800_000,
+            "hip_alloc_conf": "expandable_segments:True",
+            "oom": [],
+        },
+        "disk": {"paths": [{"path": "/", "free_gb": 800.0, "total_gb": 1800.0}], "no_space_errors": []},
+        "jobs": {"jobs": []},
+        "monitoring": {"textfile": None, "collector_timer": "inactive", "node_exporter": "inactive"},
+    }
+    for key, value in changes.items():
+        raw[key.replace("_", "-") if key == "kernel_log" else key] = value
+    return raw
+
+
+def runbooks(raw, rocminfo="mi300x-8gpu.txt", settings=None, **probes):
+    probes = {"rocminfo": rocminfo_result(rocminfo), "smi": smi_result(), **probes}
+    facts = diagnose.node_facts(raw, probes, dict(SETTINGS, **(settings or {})))
+    found = diagnose.findings(facts, RULES, jmespath.search)
+    return [finding["runbook"] for finding in found], facts, found
+
+
+def test_every_rule_parses_names_a_check_and_an_existing_page():
+    assert diagnose.rule_problems(RULES, TAGS, jmespath.compile) == []
+    for rule in RULES:
+        assert (ROOT / "docs" / "runbooks" / rule["runbook"]).is_file(), rule["id"]
+
+
+def test_every_runbook_page_is_named_by_a_rule():
+    pages = {path.name for path in (ROOT / "docs" / "runbooks").glob("*.md")} - {"README.md"}
+    assert pages - {rule["runbook"] for rule in RULES} == set()
+
+
+def test_a_healthy_mi300x_node_needs_no_runbook():
+    found, facts, _ = runbooks(healthy_raw())
+    assert found == []
+    assert facts["gpus"] == {"pci": 8, "rocm": 8, "smi": 8, "expected": 8, "missing": 0, "unparsed": False}
+    assert facts["driver"]["loaded"] is True
+
+
+def test_driver_not_loaded_names_only_its_page():
+    found, facts, details = runbooks(healthy_raw(), rocminfo="fail-rock-not-loaded.txt", smi=None)
+    assert found == ["driver-not-loaded.md"]
+    assert facts["driver"]["reason"] == "driver_not_loaded"
+    assert "ROCk" in details[0]["detail"] or "driver" in details[0]["detail"]
+
+
+def test_kfd_permission_names_only_its_page():
+    found, _, _ = runbooks(healthy_raw(), rocminfo="fail-kfd-permission-not-render-group.txt", smi=None)
+    assert found == ["kfd-permission.md"]
+
+
+def test_a_gpu_short_of_the_expected_count():
+    found, facts, details = runbooks(healthy_raw(), settings={"expected_gpus": 9})
+    assert found == ["gpu-missing.md"]
+    assert facts["gpus"]["missing"] == 1
+    assert details[0]["detail"] == "8 of 9 GPUs seen (PCI bus: 8)"
+
+
+@pytest.mark.parametrize(
+    ("change", "page"),
+    [
+        ({"os": {"kernel": "6.8.0-57-generic", "headers": False}}, "kernel-headers.md"),
+        ({"kernel_log": {"amdgpu_errors": ["amdgpu 0000:1b:00.0: amdgpu: GPU reset begin!"]}},
+         "gpu-hardware-errors.md"),
+        ({"builds": {"failed": [{"log": "/var/log/instinct-finetune/build-torch.log", "tail": ["error: x"]}]}},
+         "wheel-build-failed.md"),
+        ({"disk": {"paths": [{"path": "/", "free_gb": 3.0, "total_gb": 100.0}], "no_space_errors": []}},
+         "disk-full.md"),
+    ],
+)  # fmt: skip
+def test_each_finding_names_its_page(change, page):
+    found, _, _ = runbooks(healthy_raw(**change))
+    assert found == [page]
+
+
+def test_a_firewalled_or_missing_fabric_nic_and_a_collective_timeout():
+    fabric = healthy_raw()["fabric"]
+    fabric["nic"] = dict(fabric["nic"], exists=False)
+    assert runbooks(healthy_raw(fabric=fabric))[0] == ["fabric-iface.md"]
+    fabric = dict(
+        healthy_raw()["fabric"], timeouts=[{"log": "train.log", "line": "Watchdog caught collective operation timeout"}]
+    )
+    assert runbooks(healthy_raw(fabric=fabric))[0] == ["rccl-timeout.md"]
+
+
+def test_a_nic_on_a_socket_without_gpus_is_cross_socket():
+    fabric = healthy_raw()["fabric"]
+    fabric["nic"] = dict(fabric["nic"], numa_node=1)
+    # The recorded static output puts GPUs 0-3 on NUMA node 0 and 4-7 on node 1: no finding.
+    assert runbooks(healthy_raw(fabric=fabric))[0] == []
+    fabric["nic"] = dict(fabric["nic"], numa_node=2)
+    found, facts, _ = runbooks(healthy_raw(fabric=fabric))
+    assert found == ["rccl-timeout.md"] and facts["fabric"]["gpu_numa_nodes"] == [0, 1]
+
+
+def test_hipblaslt_without_kernels_for_the_gpus_arch():
+    libraries = {"hipblaslt": True, "rccl": True, "hipblaslt_archs": ["gfx90a"]}
+    found, facts, _ = runbooks(healthy_raw(libraries=libraries))
+    assert found == ["hipblaslt-missing.md"] and facts["libraries"]["archs_without_kernels"] == ["gfx942"]
+
+
+def venv(**changes):
+    probe = {
+        "python": "3.11.7",
+        "torch": {"version": "2.10.0+rocm7.0", "hip": "7.0", "available": True, "device_count": 8,
+                  "arch_list": ["gfx942"]},
+        "companions": {"torchvision": None, "torchaudio": None},
+        "deepspeed_error": None,
+        "llamafactory_error": None,
+    }  # fmt: skip
+    probe.update(changes)
+    return probe
+
+
+def test_the_training_venv_checks():
+    assert runbooks(healthy_raw(), venv=venv())[0] == []
+    cuda_build = venv(torch={"version": "2.10.0", "hip": None, "cuda": "12.8", "device_count": 0, "arch_list": []})
+    assert runbooks(healthy_raw(), venv=cuda_build)[0] == ["illegal-instruction.md"]
+    wrong_arch = venv(torch=dict(venv()["torch"], arch_list=["gfx90a"]))
+    assert runbooks(healthy_raw(), venv=wrong_arch)[0] == ["illegal-instruction.md"]
+    broken = venv(companions={"torchvision": "RuntimeError: operator torchvision::nms does not exist"})
+    assert runbooks(healthy_raw(), venv=broken)[0] == ["torch-companions.md"]
+    assert runbooks(healthy_raw(), venv=venv(python="3.10.12"))[0] == ["python-interpreter.md"]
+    replaced = runbooks(healthy_raw(), venv=venv(), settings={"torch_version": "2.9.1"})[0]
+    assert replaced == ["torch-replaced.md"]
+    no_deepspeed = venv(deepspeed_error="ModuleNotFoundError: No module named 'deepspeed'")
+    assert runbooks(healthy_raw(), venv=no_deepspeed)[0] == []
+    broken_ds = venv(deepspeed_error="OSError: CUDA_HOME does not exist, unable to compile CUDA op(s)")
+    assert runbooks(healthy_raw(), venv=broken_ds)[0] == ["deepspeed-ops.md"]
+
+
+def test_a_cpu_training_stack_on_purpose_is_not_a_fault():
+    cpu = venv(torch={"version": "2.13.0+cpu", "hip": None, "available": False, "device_count": 0, "arch_list": []})
+    assert runbooks(healthy_raw(), venv=cpu, settings={"torch_on_gpu": False})[0] == []
+
+
+def test_jobs_failed_hung_or_without_a_finite_perplexity():
+    ranks = {
+        "rank0.prom": {
+            "instinct_finetune_running": 1.0,
+            "instinct_finetune_last_step_timestamp_seconds": 1_800_000_000 - 3600,
+        }
+    }
+    jobs = {
+        "jobs": [
+            {
+                "name": "a",
+                "unit_state": "failed",
+                "exit_record": "result=exit-code code=exited status=1 at=1",
+                "ranks": {},
+            },
+            {"name": "b", "unit_state": "active", "exit_record": None, "ranks": ranks},
+        ]
+    }
+    found, facts, _ = runbooks(healthy_raw(jobs=jobs))
+    assert found == ["rank-failed.md"]
+    assert facts["jobs"]["failed"][0]["job"] == "a" and facts["jobs"]["stalled"][0]["minutes"] == 60
+    bad = {"jobs": [{"name": "c", "unit_state": "inactive", "exit_record": "result=success code=exited status=0 at=1",
+                     "ranks": {}, "eval": {"perplexity": float("nan")}}]}  # fmt: skip
+    assert runbooks(healthy_raw(jobs=bad))[0] == ["finetune-job.md"]
+
+
+def test_monitoring_and_memory_and_repositories():
+    monitoring = {
+        "textfile": "instinct_gpu_collector_up 0\ninstinct_gpu_collector_stale 1\n",
+        "collector_timer": "active",
+        "node_exporter": "active",
+    }
+    assert runbooks(healthy_raw(monitoring=monitoring))[0] == ["monitoring-exporter.md"]
+    memory = dict(
+        healthy_raw()["memory"], oom=[{"log": "train.log", "line": "torch.OutOfMemoryError: HIP out of memory."}]
+    )
+    assert runbooks(healthy_raw(memory=memory))[0] == ["oom-fragmentation.md"]
+    repos = {"rocm_sources": [{"file": "/etc/apt/sources.list.d/rocm.list", "trusted_yes": True, "signed_by": [],
+                               "keys_present": False}]}  # fmt: skip
+    assert runbooks(healthy_raw(repositories=repos))[0] == ["rocm-repository.md"]
+
+
+def test_sections_not_collected_are_absent_and_their_rules_do_not_apply():
+    raw = {"time": 1.0, "disk": {"paths": [{"path": "/", "free_gb": 1.0, "total_gb": 10.0}], "no_space_errors": []}}
+    facts = diagnose.node_facts(raw, {}, SETTINGS)
+    assert set(facts) == {"disk", "collection_errors"}
+    assert [f["runbook"] for f in diagnose.findings(facts, RULES, jmespath.search)] == ["disk-full.md"]
+
+
+def test_a_section_that_raised_is_reported_not_guessed():
+    facts = diagnose.node_facts({"time": 1.0, "fabric": {"error": "PermissionError: x"}}, {}, SETTINGS)
+    assert "fabric" not in facts and facts["collection_errors"] == {"fabric": "PermissionError: x"}
+
+
+def test_broken_rules_are_named():
+    rules = [
+        {"id": "a", "title": "t", "runbook": "disk-full.md", "tag": "disk", "when": "disk.low[?"},
+        {"id": "b", "title": "t", "runbook": "disk-full.md", "tag": "nonsense", "when": "disk"},
+        {"id": "b", "title": "t", "runbook": "disk-full.md", "tag": "disk"},
+    ]
+    problems = diagnose.rule_problems(rules, TAGS, jmespath.compile)
+    assert [p["id"] for p in problems] == ["a", "b", "b"]
+    assert (
+        "when:" in problems[0]["problem"]
+        and "nonsense" in problems[1]["problem"]
+        and "lacks when" in problems[2]["problem"]
+    )
+
+
+def test_each_page_tells_how_to_run_the_check_that_finds_it():
+    for rule in RULES:
+        page = (ROOT / "docs" / "runbooks" / rule["runbook"]).read_text()
+        assert f"playbooks/diagnose.yml --tags {rule['tag']}" in page, (rule["runbook"], rule["tag"])
