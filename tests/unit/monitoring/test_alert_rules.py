@@ -174,3 +174,36 @@ def test_the_amd_recording_rules_record_only_our_names():
     assert recorded, "no recording rule"
     assert recorded <= KNOWN_METRICS, sorted(recorded - KNOWN_METRICS)
     assert "afd0fe81cfb1a36cf15e79edb057e92adb197946" in AMD_RULES.read_text(encoding="utf-8")
+
+
+def test_promtool_checks_the_scrape_configuration_built_from_an_inventory(rules_dir):
+    """prometheus.yml as the role builds it (instinct.finetune.prometheus_config), with both rule
+    files beside it, passes `promtool check config` (which also checks the rule files it loads)."""
+    from ansible_collections.instinct.finetune.plugins.module_utils.promconfig import (  # noqa: PLC0415
+        prometheus_config,
+        scrape_target,
+    )
+
+    targets = [
+        scrape_target({"inventory_hostname": "mi300x-01", "ansible_host": "10.10.0.11"}),
+        scrape_target({"inventory_hostname": "mi300x-02", "monitoring_gpu_exporter_active": "amd"}),
+    ]
+    config = prometheus_config(
+        targets,
+        {
+            "scrape_interval": "15s",
+            "evaluation_interval": "15s",
+            "rule_files": [str(rules_dir / "*.rules.yml")],
+            "job": "instinct_nodes",
+            "node_exporter_port": 9100,
+            "amd_exporter_port": 5000,
+            "labels": {"cluster": "mi300-a"},
+            "prometheus_port": 9090,
+            "extra_scrape_configs": [{"job_name": "switches", "static_configs": [{"targets": ["sw1:9116"]}]}],
+        },
+    )
+    path = rules_dir / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    rc, out = run_promtool("check", "config", str(path))
+    assert rc == 0, out
+    assert "instinct-alerts.rules.yml" in out and "instinct-amd-exporter.rules.yml" in out
