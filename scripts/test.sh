@@ -126,19 +126,25 @@ do_integration() {
   local logs=$root/artifacts/test-logs
   mkdir -p "$logs"
   : >"$logs/molecule-stages.txt"
-  local e2e_start=$SECONDS
-  (do_e2e) >"$logs/e2e.log" 2>&1 &
+  : >"$logs/e2e-stage.txt"
+  (
+    start=$SECONDS
+    do_e2e
+    printf '%-28s %5ss\n' "e2e sandbox (parallel)" "$((SECONDS - start))" >"$logs/e2e-stage.txt"
+  ) >"$logs/e2e.log" 2>&1 &
   local e2e_pid=$!
   (STAGE_REPORT_FILE=$logs/molecule-stages.txt do_molecule) &
   local molecule_pid=$!
+  # A cancelled run takes both lanes down with it.
+  trap 'kill "$e2e_pid" "$molecule_pid" 2>/dev/null' INT TERM
   local rc=0 e2e_rc=0
   wait "$molecule_pid" || rc=$?
   wait "$e2e_pid" || e2e_rc=$?
-  local e2e_took=$((SECONDS - e2e_start))
+  trap - INT TERM
   printf '\n===== e2e sandbox (ran alongside the molecule scenarios; %s) =====\n' "$logs/e2e.log"
   cat "$logs/e2e.log"
   mapfile -t -O "${#report[@]}" report <"$logs/molecule-stages.txt"
-  report+=("$(printf '%-28s %5ss' "e2e sandbox (parallel)" "$e2e_took")")
+  mapfile -t -O "${#report[@]}" report <"$logs/e2e-stage.txt"
   [[ $rc -eq 0 ]] || { echo "molecule scenarios failed (exit $rc)"; return "$rc"; }
   [[ $e2e_rc -eq 0 ]] || { echo "end-to-end tests failed (exit $e2e_rc)"; return "$e2e_rc"; }
 }

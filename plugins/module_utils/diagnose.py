@@ -61,12 +61,16 @@ def _driver(raw, rocminfo):
 
 def _permissions(raw, rocminfo):
     groups = raw.get("groups") or []
+    kfd_group = (raw.get("kfd") or {}).get("group")
     return {
         "user": raw.get("user"),
         "user_exists": raw.get("user_exists"),
         "in_render": "render" in groups,
         "in_video": "video" in groups,
         "kfd": raw.get("kfd"),
+        # The group that owns /dev/kfd is the one that matters (render with the collection's udev
+        # rule); without /dev/kfd to look at, render.
+        "in_kfd_group": (kfd_group or "render") in groups,
         "kfd_denied": _probe_reason(rocminfo) in ROCM_REASONS_PERMISSION,
     }
 
@@ -178,8 +182,14 @@ def _torch(venv, rocminfo, settings):
         return {"installed": False, "python_ok": None, "problems": [], "companions": {}}
     probe = venv.get("torch") or {}
     python = venv.get("python")
+    version = re.match(r"^(\d+)\.(\d+)", str(python))
     facts = (rocminfo or {}).get("ansible_facts") or {}
     problems = []
+    # The probe itself died: SIGILL (rc -4 through Python's subprocess, 132 through a shell) is the
+    # "illegal instruction" of a torch built for other CPUs or GPUs.
+    crashed = venv.get("rc") in (-4, 132) or "illegal instruction" in str(venv.get("stderr") or "").lower()
+    if crashed:
+        problems.append(f"the venv's python died with 'illegal instruction' (rc {venv.get('rc')})")
     if probe.get("error"):
         problems.append(f"import torch fails: {probe['error']}")
     elif settings.get("torch_on_gpu"):
@@ -189,10 +199,10 @@ def _torch(venv, rocminfo, settings):
     return {
         "installed": "No module named 'torch'" not in (probe.get("error") or ""),
         "python": python,
-        "python_ok": tuple(int(p) for p in python.split(".")[:2]) >= (3, 11),
+        "python_ok": (int(version.group(1)), int(version.group(2))) >= (3, 11) if version else None,
         "version": probe.get("version"),
         "problems": problems,
-        "illegal_instruction": any("no kernels for" in p or "not a ROCm build" in p for p in problems),
+        "illegal_instruction": crashed or any("no kernels for" in p or "not a ROCm build" in p for p in problems),
         "companions": {name: error for name, error in (venv.get("companions") or {}).items() if error},
         "replaced": bool(wanted and probe.get("version") and not str(probe["version"]).startswith(str(wanted))),
         "llamafactory_error": llamafactory,

@@ -123,6 +123,21 @@ def _count(value, where):
     return value
 
 
+def _xgmi_error(value):
+    """amd-smi's ``xgmi_err``: the status enum's name (``AMDSMI_XGMI_STATUS_NO_ERRORS`` in current
+    releases, ``NO_ERRORS``/``ERROR``/``MULTIPLE_ERRORS`` in older ones) or its number -> 0 or 1."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return 0 if value == 0 else 1
+    if not isinstance(value, str) or value.strip() in _NA:
+        return None
+    name = value.strip().upper().replace(" ", "_")
+    if name.startswith("AMDSMI_XGMI_STATUS_"):
+        name = name[len("AMDSMI_XGMI_STATUS_") :]
+    return 0 if name in ("NO_ERRORS", "NO_ERROR") else 1
+
+
 def _from_gpu_record(record, gpu):
     """Copy the shared fields of a :mod:`rocm_smi` GPU record into a metrics record."""
     record["model"] = record["model"] or gpu.get("product_name")
@@ -172,9 +187,7 @@ def read_amdsmi(metric_text, static_text=None):
         )
         pcie = _section(entry, "pcie", what)
         record["pcie_replays"] = _count(pcie.get("replay_count"), f"{where} pcie.replay_count")
-        xgmi = entry.get("xgmi_err")
-        if isinstance(xgmi, str) and xgmi.strip() not in _NA:
-            record["xgmi_error"] = 0 if xgmi.strip().upper() in ("NO ERROR", "NO_ERROR", "OK") else 1
+        record["xgmi_error"] = _xgmi_error(entry.get("xgmi_err"))
         if entry["gpu"] in static:
             _from_gpu_record(record, static[entry["gpu"]])
         records.append(record)

@@ -35,17 +35,25 @@ SECTIONS = (
     "jobs",
     "monitoring",
 )
-# amdgpu kernel messages that mean a GPU or its memory is failing (RAS, resets, failed probes).
+# amdgpu kernel messages that mean a GPU or its memory is failing: failed probes and init, driver
+# errors, uncorrectable RAS errors, resets, ring timeouts, page faults. Healthy boot lines such as
+# "RAS INFO: ras initialized successfully" or "using default lockup timeout" must not match.
 AMDGPU_ERRORS = re.compile(
-    r"amdgpu.*(error|fail|fault|timeout|RAS|uncorrect|GPU reset|ring .* timeout|hang)", re.IGNORECASE
+    r"amdgpu.*("
+    r"\*ERROR\*|Fatal error during GPU init|probe of \S+ failed|\buncorrectable\b|"
+    r"GPU reset begin|ring \S+ timeout|\bpage fault\b|\bpoison|GPU hang"
+    r")",
+    re.IGNORECASE,
 )
 # What training logs say when a collective timed out or memory ran out.
 COLLECTIVE_TIMEOUT = re.compile(
-    r"(Watchdog caught collective operation timeout|NCCL.*[Tt]imeout|RCCL.*[Tt]imeout|"
-    r"Socket Timeout|Connection reset by peer|DistNetworkError)"
+    r"(Watchdog caught collective operation timeout|(NCCL|RCCL|Gloo|gloo).*([Tt]imeout|timed out)|"
+    r"DistNetworkError|Socket Timeout)"
 )
 OUT_OF_MEMORY = re.compile(r"(HIP out of memory|CUDA out of memory|OutOfMemoryError|hipErrorOutOfMemory)")
 NO_SPACE = re.compile(r"No space left on device")
+# The finetune unit marks every launch in its log; only the latest launch says what is wrong now.
+LAUNCH_MARK = "==== instinct.finetune launch"
 LOG_TAIL_BYTES = 2_000_000
 
 
@@ -121,27 +129,43 @@ def section_kernel_log(settings):
     return {"amdgpu_errors": matching_lines(text, AMDGPU_ERRORS, settings["kernel_log_keep"])}
 
 
+def repository_entry(path, text):
+    """One AMD apt source file's verification: signed-by keys (a path or an inline key block),
+    whether those key files exist, and trusted=yes. None when the file is not an AMD source."""
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    active = "\n".join(lines)
+    if "repo.radeon.com" not in active and "/rocm/apt" not in active and "/amdgpu/" not in active:
+        return None
+    if path.endswith(".sources") and re.search(r"^Enabled:\s*no\s*$", active, re.MULTILINE | re.IGNORECASE):
+        return None
+    keys = re.findall(r"signed-by=([^\]\s]+)", active, re.IGNORECASE)
+    keys += re.findall(r"^Signed-By:\s*(/\S+)\s*$", active, re.MULTILINE | re.IGNORECASE)
+    inline = bool(re.search(r"^Signed-By:\s*(-----BEGIN PGP|$)", active, re.MULTILINE | re.IGNORECASE))
+    return {
+        "file": path,
+        "trusted_yes": bool(re.search(r"trusted\s*[=:]\s*yes", active, re.IGNORECASE)),
+        "signed_by": keys or (["inline"] if inline else []),
+        "keys_present": all(os.path.isfile(key) for key in keys) if keys else inline,
+    }
+
+
 def section_repositories(settings):
     entries = []
-    for path in sorted(glob.glob("/etc/apt/sources.list.d/*")):
-        text = read(path) or ""
-        if "repo.radeon.com" not in text and "/rocm/apt" not in text and "/amdgpu/" not in text:
-            continue
-        keys = re.findall(r"signed-by=([^\]\s]+)", text, re.IGNORECASE)
-        keys += re.findall(r"^Signed-By:\s*(/\S+)\s*$", text, re.MULTILINE | re.IGNORECASE)
-        entries.append(
-            {
-                "file": path,
-                "trusted_yes": bool(re.search(r"trusted\s*[=:]\s*yes", text, re.IGNORECASE)),
-                "signed_by": keys,
-                "keys_present": all(os.path.isfile(key) for key in keys) if keys else False,
-            }
-        )
+    for pattern in ("*.list", "*.sources"):
+        for path in sorted(glob.glob(os.path.join("/etc/apt/sources.list.d", pattern))):
+            entry = repository_entry(path, read(path) or "")
+            if entry:
+                entries.append(entry)
     return {"rocm_sources": entries}
 
 
 def _logs(settings):
     return sorted(glob.glob(os.path.join(settings["log_root"], "*", "*.log")))
+
+
+def latest_launch(text):
+    """The part of a training log written since its latest launch (all of it when unmarked)."""
+    return (text or "").rsplit(LAUNCH_MARK, 1)[-1]
 
 
 def section_fabric(settings):
@@ -165,7 +189,7 @@ def section_fabric(settings):
             "numa_node": int(numa) if re.match(r"^-?\d+$", numa) else None,
         }
     for log in _logs(settings):
-        for line in matching_lines(read(log, LOG_TAIL_BYTES), COLLECTIVE_TIMEOUT, 3):
+        for line in matching_lines(latest_launch(read(log, LOG_TAIL_BYTES)), COLLECTIVE_TIMEOUT, 3):
             result["timeouts"].append({"log": log, "line": line[:400]})
     return result
 
@@ -201,7 +225,7 @@ def section_memory(settings):
     alloc = re.findall(r"^PYTORCH_(?:HIP_)?ALLOC_CONF=(.*)$", env_text, re.MULTILINE)
     oom = []
     for log in _logs(settings):
-        for line in matching_lines(read(log, LOG_TAIL_BYTES), OUT_OF_MEMORY, 2):
+        for line in matching_lines(latest_launch(read(log, LOG_TAIL_BYTES)), OUT_OF_MEMORY, 2):
             oom.append({"log": log, "line": line[:400]})
     return {
         "total_mb": info.get("MemTotal"),
@@ -223,7 +247,7 @@ def section_disk(settings):
         )
     full = []
     for log in _logs(settings):
-        for line in matching_lines(read(log, LOG_TAIL_BYTES), NO_SPACE, 2):
+        for line in matching_lines(latest_launch(read(log, LOG_TAIL_BYTES)), NO_SPACE, 2):
             full.append({"log": log, "line": line[:400]})
     return {"paths": paths, "no_space_errors": full}
 

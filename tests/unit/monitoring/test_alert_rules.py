@@ -77,6 +77,7 @@ def test_the_template_uses_only_the_documented_variables():
         "monitoring_alert_for",
         "monitoring_runbook_url",
         "monitoring_scrape_job",
+        "monitoring_gpu_interval",
     }
     assert used == allowed, f"outside the interface: {sorted(used - allowed)}; unused: {sorted(allowed - used)}"
     assert allowed - {"ansible_managed"} <= set(defaults()), "a variable the template uses has no default"

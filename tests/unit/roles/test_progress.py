@@ -81,3 +81,21 @@ def test_the_file_is_replaced_whole_and_readable_by_the_collector(tmp_path):
     assert path.read_text() == "a 2\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert [p.name for p in tmp_path.iterdir()] == ["rank0.prom"]
+
+
+def test_after_a_launch_every_rank_file_says_it_no_longer_runs(tmp_path):
+    """What the unit's ExecStopPost runs: a killed rank's file still said running 1."""
+    for rank, running in ((0, 1), (1, 0)):
+        progress = Progress(dict(LABELS, rank=str(rank)), world_size=2, clock=Clock())
+        progress.begin(10, 40, 0)
+        if not running:
+            progress.end()
+        progress_module.write_atomic(str(tmp_path / f"rank{rank}.prom"), progress.render())
+    (tmp_path / "notes.txt").write_text("instinct_finetune_running 1\n")
+    progress_module.mark_stopped(str(tmp_path))
+    for rank in (0, 1):
+        got = values((tmp_path / f"rank{rank}.prom").read_text())
+        assert got["instinct_finetune_running"] == 0 and got["instinct_finetune_step"] == 10
+    assert (tmp_path / "notes.txt").read_text() == "instinct_finetune_running 1\n"
+    progress_module.clear(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

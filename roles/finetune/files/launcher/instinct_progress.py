@@ -13,6 +13,8 @@ its share: the job's rate divided by the world size.
 
 import math
 import os
+import re
+import sys
 import tempfile
 import time
 
@@ -137,3 +139,38 @@ def write_atomic(path, text):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def rank_files(folder):
+    return sorted(
+        os.path.join(folder, name) for name in os.listdir(folder) if name.startswith("rank") and name.endswith(".prom")
+    )
+
+
+def mark_stopped(folder):
+    """Set ``instinct_finetune_running`` to 0 in every rank file of ``folder``.
+
+    The unit runs this after the rank's processes ended however they ended (a rank killed or stopped
+    never reaches on_train_end), so a job that is over never looks like a stalled one.
+    """
+    running = re.compile(r"^(instinct_finetune_running\{[^}]*\}) 1$", re.MULTILINE)
+    for path in rank_files(folder):
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        if running.search(text):
+            write_atomic(path, running.sub(r"\1 0", text))
+
+
+def clear(folder):
+    """Remove the rank files of an earlier launch (it may have had more ranks than this one)."""
+    for path in rank_files(folder):
+        os.unlink(path)
+
+
+if __name__ == "__main__":
+    # instinct_progress.py stopped|clear FOLDER: what the training unit runs around each launch.
+    actions = {"stopped": mark_stopped, "clear": clear}
+    if len(sys.argv) != 3 or sys.argv[1] not in actions:
+        sys.exit(f"usage: {sys.argv[0]} stopped|clear FOLDER")
+    if os.path.isdir(sys.argv[2]):
+        actions[sys.argv[1]](sys.argv[2])

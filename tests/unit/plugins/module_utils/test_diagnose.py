@@ -290,3 +290,18 @@ def test_each_page_tells_how_to_run_the_check_that_finds_it():
     for rule in RULES:
         page = (ROOT / "docs" / "runbooks" / rule["runbook"]).read_text()
         assert f"playbooks/diagnose.yml --tags {rule['tag']}" in page, (rule["runbook"], rule["tag"])
+
+
+def test_a_venv_whose_python_dies_of_an_illegal_instruction_is_diagnosed_not_crashed_on():
+    crashed = {"python": "unknown", "rc": -4, "stderr": "", "torch": {"error": "the venv probe printed nothing"}}
+    found, facts, _ = runbooks(healthy_raw(), venv=crashed)
+    assert found == ["illegal-instruction.md"]
+    assert facts["torch"]["python_ok"] is None and facts["torch"]["illegal_instruction"] is True
+
+
+def test_the_group_that_owns_dev_kfd_is_what_counts():
+    render_only = dict(healthy_raw()["permissions"], groups=["instinct", "render"])
+    assert runbooks(healthy_raw(permissions=render_only))[0] == []
+    video_only = dict(healthy_raw()["permissions"], groups=["instinct", "video"])
+    found, _, details = runbooks(healthy_raw(permissions=video_only))
+    assert found == ["kfd-permission.md"] and details[0]["detail"] == "instinct not in the group of /dev/kfd: render"

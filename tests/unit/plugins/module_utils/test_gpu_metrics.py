@@ -258,3 +258,21 @@ def test_textfile_state_reads_back_what_the_summary_shows():
     stale = gpu_metrics.textfile_state(gpu_textfile(good, expected=8, up=False))
     assert (stale["up"], stale["stale"]) == (False, True)
     assert gpu_metrics.textfile_state("") == dict.fromkeys(("up", "stale", "source", "gpus", "expected"))
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("AMDSMI_XGMI_STATUS_NO_ERRORS", 0),
+        ("NO_ERRORS", 0),
+        (0, 0),
+        ("AMDSMI_XGMI_STATUS_ERROR", 1),
+        ("MULTIPLE_ERRORS", 1),
+        (2, 1),
+        ("N/A", None),
+    ],
+)
+def test_xgmi_status_names_of_old_and_new_amdsmi(value, expected):
+    document = json.loads(amdsmi_metric(1))
+    document["gpu_data"][0]["xgmi_err"] = value
+    assert read_amdsmi(json.dumps(document))[0]["xgmi_error"] == expected

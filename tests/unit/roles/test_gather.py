@@ -1,0 +1,70 @@
+"""The diagnose role's node-side reader (roles/diagnose/files/gather.py): what it counts as an amdgpu
+error, which part of a training log it reads, and how it judges an AMD apt source."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+spec = importlib.util.spec_from_file_location("gather", ROOT / "roles" / "diagnose" / "files" / "gather.py")
+gather = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gather)
+DMESG = ROOT / "tests" / "fixtures" / "dmesg"
+
+
+def test_the_failure_lines_of_real_amdgpu_logs_count_and_their_healthy_lines_do_not():
+    mi210 = (DMESG / "mi210-2gpu-probe-failed-error-12.txt").read_text()
+    found = gather.matching_lines(mi210, gather.AMDGPU_ERRORS)
+    assert len(found) == 4
+    assert all("Fatal error during GPU init" in line or "failed with error -12" in line for line in found)
+    mi300x = (DMESG / "mi300x-probe-failed-ip-discovery-error-22.txt").read_text()
+    assert any(
+        "*ERROR* amdgpu_discovery_init failed" in line for line in gather.matching_lines(mi300x, gather.AMDGPU_ERRORS)
+    )
+    # The same logs' healthy boot lines ("kernel modesetting enabled", "enabling device", ...).
+    healthy = [line for line in mi210.splitlines() if "Fatal" not in line and "probe of" not in line]
+    assert gather.matching_lines("\n".join(healthy), gather.AMDGPU_ERRORS) == []
+
+
+def test_messages_with_error_like_words_are_not_failures():
+    # What amdgpu_ras_init() and the lockup timeout option print on every healthy Instinct boot
+    # (drivers/gpu/drm/amd/amdgpu/amdgpu_ras.c, amdgpu_device.c), written out here.
+    lines = [
+        "amdgpu 0000:05:00.0: amdgpu: RAS INFO: ras initialized successfully, hardware ability[105] ras_mask[105]",
+        "amdgpu 0000:05:00.0: amdgpu: using default lockup timeout",
+    ]
+    assert gather.matching_lines("\n".join(lines), gather.AMDGPU_ERRORS) == []
+
+
+def test_only_the_latest_launch_of_a_training_log_is_read():
+    log = (
+        "==== instinct.finetune launch of rank 1 at 2026-12-03T07:00:00 ====\n"
+        "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB\n"
+        "==== instinct.finetune launch of rank 1 at 2026-12-03T08:00:00 resume_from_checkpoint=x ====\n"
+        "{'loss': 4.2}\n"
+    )
+    assert gather.matching_lines(gather.latest_launch(log), gather.OUT_OF_MEMORY) == []
+    assert gather.matching_lines(log, gather.OUT_OF_MEMORY) != []
+
+
+def test_a_connection_reset_alone_is_not_a_collective_timeout():
+    assert not gather.COLLECTIVE_TIMEOUT.search("requests.exceptions.ConnectionError: Connection reset by peer")
+    assert gather.COLLECTIVE_TIMEOUT.search(
+        "[rank1]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1580)"
+    )
+
+
+def test_amd_apt_sources_are_judged_by_their_active_lines():
+    signed = "deb [arch=amd64 signed-by=/etc/apt/keyrings/rocm.gpg] https://repo.radeon.com/rocm/apt/7.0.2 jammy main\n"
+    entry = gather.repository_entry("/etc/apt/sources.list.d/rocm.list", signed)
+    assert entry["signed_by"] == ["/etc/apt/keyrings/rocm.gpg"] and entry["trusted_yes"] is False
+    commented = "# deb [trusted=yes] https://repo.radeon.com/rocm/apt/6.0 jammy main\n"
+    assert gather.repository_entry("/etc/apt/sources.list.d/old.list", commented) is None
+    trusted = "deb [trusted=yes] https://repo.radeon.com/rocm/apt/7.0.2 jammy main\n"
+    assert gather.repository_entry("/etc/apt/sources.list.d/rocm.list", trusted)["trusted_yes"] is True
+    inline = (
+        "Types: deb\nURIs: https://repo.radeon.com/rocm/apt/7.0.2\nSigned-By:\n -----BEGIN PGP PUBLIC KEY BLOCK-----\n"
+    )
+    entry = gather.repository_entry("/etc/apt/sources.list.d/rocm.sources", inline)
+    assert entry["signed_by"] == ["inline"] and entry["keys_present"] is True
+    disabled = "Types: deb\nURIs: https://repo.radeon.com/amdgpu/30.10/ubuntu\nEnabled: no\n"
+    assert gather.repository_entry("/etc/apt/sources.list.d/amdgpu.sources", disabled) is None
