@@ -127,13 +127,18 @@ def prometheus(expr, want, timeout=90):
 
 def test_prometheus_shows_both_ranks_training_beside_both_nodes_gpus(site):
     """One Prometheus (node1) holds the training of both ranks and the GPUs of both nodes."""
-    steps = prometheus(f'instinct_finetune_step{{finetune_job="{JOB}"}} == 40', want=2)
+    steps = prometheus(f'instinct_finetune_step{{job="instinct_nodes",finetune_job="{JOB}"}} == 40', want=2)
     assert sorted((s["metric"]["instance"], s["metric"]["rank"]) for s in steps) == [(NODES[0], "0"), (NODES[1], "1")]
-    losses = prometheus(f'instinct_finetune_loss{{finetune_job="{JOB}"}}', want=2)
+    losses = prometheus(f'instinct_finetune_loss{{job="instinct_nodes",finetune_job="{JOB}"}}', want=2)
     assert len({s["value"][1] for s in losses}) == 1  # the loss is the mean over ranks: one value
-    gpus = prometheus("instinct_gpu_count == 8 and on(instance) instinct_gpu_expected_count == 8", want=2)
+    # The role's scrape job only: Ubuntu's package starts Prometheus with its own default job
+    # (localhost:9100, the same node exporter) before the role's configuration replaces it, and a
+    # restart leaves those series visible for Prometheus's 5-minute lookback.
+    gpus = prometheus(
+        'instinct_gpu_count{job="instinct_nodes"} == 8 and on(instance) instinct_gpu_expected_count == 8', want=2
+    )
     assert sorted(s["metric"]["instance"] for s in gpus) == NODES
-    junction = prometheus('instinct_gpu_temperature_celsius{sensor="junction"}', want=16)
+    junction = prometheus('instinct_gpu_temperature_celsius{job="instinct_nodes",sensor="junction"}', want=16)
     assert len(junction) == 16
     summary = [d["msg"] for d in site.debug if "Print one row per node" in (d["task"] or "")]
     assert all(any(line.startswith(host) and "rocm-smi 8/8" in line for line in summary[0]) for host in NODES)
