@@ -102,9 +102,12 @@ do_images() {
   export INSTINCT_IMAGE_JAMMY INSTINCT_IMAGE_JAMMY_SYSTEMD INSTINCT_IMAGE_BOOKWORM
 }
 
+all_scenarios() {
+  find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | xargs -n1 basename | sort
+}
+
 do_molecule() {
-  local scenarios=${MOLECULE_SCENARIOS:-$(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml \
-    -printf '%h\n' | xargs -n1 basename | sort)}
+  local scenarios=${MOLECULE_SCENARIOS:-$(all_scenarios)}
   local s
   for s in $scenarios; do
     stage "molecule $s" molecule test -s "$s"
@@ -127,13 +130,20 @@ do_integration() {
   mkdir -p "$logs"
   : >"$logs/molecule-stages.txt"
   : >"$logs/e2e-stage.txt"
+  # The longest scenario follows the e2e tests in their lane, so that both lanes take about as long.
+  local after_e2e=${INTEGRATION_AFTER_E2E-stack}
+  local rest
+  rest=$(all_scenarios | grep -vxF -f <(printf '%s\n' $after_e2e) || true)
   (
     start=$SECONDS
     do_e2e
     printf '%-28s %5ss\n' "e2e sandbox (parallel)" "$((SECONDS - start))" >"$logs/e2e-stage.txt"
+    if [[ -n $after_e2e ]]; then
+      STAGE_REPORT_FILE=$logs/e2e-stage.txt MOLECULE_SCENARIOS=$after_e2e do_molecule
+    fi
   ) >"$logs/e2e.log" 2>&1 &
   local e2e_pid=$!
-  (STAGE_REPORT_FILE=$logs/molecule-stages.txt do_molecule) &
+  (STAGE_REPORT_FILE=$logs/molecule-stages.txt MOLECULE_SCENARIOS=$rest do_molecule) &
   local molecule_pid=$!
   # A cancelled run takes both lanes down with it.
   trap 'kill "$e2e_pid" "$molecule_pid" 2>/dev/null' INT TERM
@@ -141,7 +151,8 @@ do_integration() {
   wait "$molecule_pid" || rc=$?
   wait "$e2e_pid" || e2e_rc=$?
   trap - INT TERM
-  printf '\n===== e2e sandbox (ran alongside the molecule scenarios; %s) =====\n' "$logs/e2e.log"
+  printf '\n===== e2e sandbox, then molecule %s (ran alongside the other scenarios; %s) =====\n' \
+    "${after_e2e:-(none)}" "$logs/e2e.log"
   cat "$logs/e2e.log"
   mapfile -t -O "${#report[@]}" report <"$logs/molecule-stages.txt"
   mapfile -t -O "${#report[@]}" report <"$logs/e2e-stage.txt"
