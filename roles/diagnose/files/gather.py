@@ -9,6 +9,7 @@ Usage: gather.py SETTINGS_JSON SECTION... (or "all").
 """
 
 import contextlib
+import functools
 import glob
 import grp
 import json
@@ -159,13 +160,25 @@ def section_repositories(settings):
     return {"rocm_sources": entries}
 
 
-def _logs(settings):
-    return sorted(glob.glob(os.path.join(settings["log_root"], "*", "*.log")))
-
-
 def latest_launch(text):
     """The part of a training log written since its latest launch (all of it when unmarked)."""
     return (text or "").rsplit(LAUNCH_MARK, 1)[-1]
+
+
+@functools.cache
+def _launch_texts(log_root):
+    """Every training log's latest launch, read once for the sections that search them."""
+    paths = sorted(glob.glob(os.path.join(log_root, "*", "*.log")))
+    return tuple((path, latest_launch(read(path, LOG_TAIL_BYTES))) for path in paths)
+
+
+def log_findings(settings, pattern, keep):
+    """The last ``keep`` lines of each training log's latest launch that match ``pattern``."""
+    return [
+        {"log": path, "line": line[:400]}
+        for path, text in _launch_texts(settings["log_root"])
+        for line in matching_lines(text, pattern, keep)
+    ]
 
 
 def section_fabric(settings):
@@ -188,9 +201,7 @@ def section_fabric(settings):
             "ipv4": ipv4,
             "numa_node": int(numa) if re.match(r"^-?\d+$", numa) else None,
         }
-    for log in _logs(settings):
-        for line in matching_lines(latest_launch(read(log, LOG_TAIL_BYTES)), COLLECTIVE_TIMEOUT, 3):
-            result["timeouts"].append({"log": log, "line": line[:400]})
+    result["timeouts"] = log_findings(settings, COLLECTIVE_TIMEOUT, 3)
     return result
 
 
@@ -223,10 +234,7 @@ def section_memory(settings):
             info[key] = int(value.split()[0]) // 1024
     env_text = read(settings["env_file"]) or ""
     alloc = re.findall(r"^PYTORCH_(?:HIP_)?ALLOC_CONF=(.*)$", env_text, re.MULTILINE)
-    oom = []
-    for log in _logs(settings):
-        for line in matching_lines(latest_launch(read(log, LOG_TAIL_BYTES)), OUT_OF_MEMORY, 2):
-            oom.append({"log": log, "line": line[:400]})
+    oom = log_findings(settings, OUT_OF_MEMORY, 2)
     return {
         "total_mb": info.get("MemTotal"),
         "available_mb": info.get("MemAvailable"),
@@ -245,11 +253,7 @@ def section_disk(settings):
         paths.append(
             {"path": path, "free_gb": round(usage.free / 1024**3, 1), "total_gb": round(usage.total / 1024**3, 1)}
         )
-    full = []
-    for log in _logs(settings):
-        for line in matching_lines(latest_launch(read(log, LOG_TAIL_BYTES)), NO_SPACE, 2):
-            full.append({"log": log, "line": line[:400]})
-    return {"paths": paths, "no_space_errors": full}
+    return {"paths": paths, "no_space_errors": log_findings(settings, NO_SPACE, 2)}
 
 
 def section_jobs(settings):

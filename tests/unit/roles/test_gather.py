@@ -68,3 +68,21 @@ def test_amd_apt_sources_are_judged_by_their_active_lines():
     assert entry["signed_by"] == ["inline"] and entry["keys_present"] is True
     disabled = "Types: deb\nURIs: https://repo.radeon.com/amdgpu/30.10/ubuntu\nEnabled: no\n"
     assert gather.repository_entry("/etc/apt/sources.list.d/amdgpu.sources", disabled) is None
+
+
+def test_the_log_sections_search_each_training_logs_latest_launch(tmp_path):
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "train.log").write_text(
+        "==== instinct.finetune launch of rank 0 at 2026-12-03T07:00:00 ====\n"
+        "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB\n"
+        "==== instinct.finetune launch of rank 0 at 2026-12-03T08:00:00 ====\n"
+        "[rank0]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7)\n"
+        "OSError: [Errno 28] No space left on device\n"
+    )
+    settings = {"log_root": str(tmp_path), "env_file": str(tmp_path / "absent.env"), "disk_paths": ["/"]}
+    log = str(tmp_path / "job" / "train.log")
+    assert gather.section_memory(settings)["oom"] == []
+    assert [t["log"] for t in gather.section_fabric(settings)["timeouts"]] == [log]
+    assert gather.section_disk(settings)["no_space_errors"] == [
+        {"log": log, "line": "OSError: [Errno 28] No space left on device"}
+    ]
