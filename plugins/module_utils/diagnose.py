@@ -14,8 +14,8 @@ from __future__ import absolute_import, division, print_function
 import math
 import re
 
+from ansible_collections.instinct.finetune.plugins.module_utils import apt_index, gpu_metrics, jobstate, pci, pystack
 from ansible_collections.instinct.finetune.plugins.module_utils import ds_report as ds_report_utils
-from ansible_collections.instinct.finetune.plugins.module_utils import gpu_metrics, jobstate, pci, pystack
 
 __metaclass__ = type
 
@@ -121,6 +121,7 @@ def _repositories(raw):
         "trusted_yes": [s["file"] for s in sources if s.get("trusted_yes")],
         "unsigned": [s["file"] for s in sources if not s.get("signed_by")],
         "missing_keys": [s["file"] for s in sources if s.get("signed_by") and not s.get("keys_present")],
+        "package_lists": apt_index.has_package_lists(raw.get("apt_lists") or []),
     }
 
 

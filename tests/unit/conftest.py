@@ -26,9 +26,10 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
-def run_module(module, args):
+def run_module(module, args, extra=()):
     """Run ``ansible localhost -m instinct.finetune.<module> -a <args>`` as a user would (implicit
-    localhost, the controller's Python) and return ``(exit code, the host's result)``."""
+    localhost, the controller's Python; ``extra``: more ansible options, ``--check`` say) and return
+    ``(exit code, the host's result)``."""
     env = dict(
         os.environ,
         ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
@@ -40,7 +41,7 @@ def run_module(module, args):
     ansible = Path(sys.executable).parent / "ansible"
     argv = [str(ansible) if ansible.exists() else "ansible", "localhost", "-m", f"instinct.finetune.{module}"]
     proc = subprocess.run(
-        [*argv, "-a", args], capture_output=True, text=True, env=env, check=False, cwd=ROOT, timeout=120
+        [*argv, *extra, "-a", args], capture_output=True, text=True, env=env, check=False, cwd=ROOT, timeout=120
     )
     start = proc.stdout.find("{")
     assert start >= 0, proc.stdout + proc.stderr

@@ -60,3 +60,15 @@ def test_the_all_reduce_ran_across_both_nodes_over_the_fabric_nic(host, facts):
 def test_ranks_are_master_first(host, facts):
     rank = facts["fabric_smoke_result"]["rank"]
     assert rank == (0 if host.backend.get_hostname() == "instinct-fabric-node1" else 1)
+
+
+def test_the_stack_roles_installed_their_packages_on_lists_that_were_empty_and_new(host):
+    # The prepare emptied /var/lib/apt/lists and touched it just before the converge
+    # (molecule/resources/containers/fresh-apt.yml): an age check would have trusted them.
+    emptied_at = int(host.file("/var/lib/instinct-test/apt-emptied-at").content_string)
+    assert host.package("python3-packaging").is_installed
+    indexes = host.check_output("find /var/lib/apt/lists -maxdepth 1 -name '*_Packages*' -printf '%C@\\n'")
+    times = [float(t) for t in indexes.split()]
+    assert times, "apt's lists hold no Packages index after the converge"
+    # ctime, not mtime: apt gives an index the server's Last-Modified time.
+    assert min(times) >= emptied_at - 1, "the lists were not refreshed after they were emptied"

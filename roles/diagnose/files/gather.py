@@ -157,7 +157,13 @@ def section_repositories(settings):
             entry = repository_entry(path, read(path) or "")
             if entry:
                 entries.append(entry)
-    return {"rocm_sources": entries}
+    # The names of apt's index files: a node whose lists hold no Packages index cannot install
+    # anything (a minimal image, or lists removed to save space).
+    try:
+        lists = sorted(name for name in os.listdir("/var/lib/apt/lists") if "Packages" in name)
+    except OSError:
+        lists = []
+    return {"rocm_sources": entries, "apt_lists": lists}
 
 
 def latest_launch(text):

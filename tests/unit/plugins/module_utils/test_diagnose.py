@@ -70,7 +70,8 @@ def healthy_raw(**changes):
                     "signed_by": ["/etc/apt/keyrings/rocm.asc"],
                     "keys_present": True,
                 }
-            ]
+            ],
+            "apt_lists": ["archive.ubuntu.com_ubuntu_dists_jammy_main_binary-amd64_Packages.lz4"],
         },
         "fabric": {
             "env_file": True,
@@ -254,9 +255,15 @@ def test_monitoring_and_memory_and_repositories():
         healthy_raw()["memory"], oom=[{"log": "train.log", "line": "torch.OutOfMemoryError: HIP out of memory."}]
     )
     assert runbooks(healthy_raw(memory=memory))[0] == ["oom-fragmentation.md"]
+    lists = healthy_raw()["repositories"]["apt_lists"]
     repos = {"rocm_sources": [{"file": "/etc/apt/sources.list.d/rocm.list", "trusted_yes": True, "signed_by": [],
-                               "keys_present": False}]}  # fmt: skip
+                               "keys_present": False}], "apt_lists": lists}  # fmt: skip
     assert runbooks(healthy_raw(repositories=repos))[0] == ["rocm-repository.md"]
+    # A freshly built or trimmed image: only the lock and the InRelease files, no Packages index.
+    empty = dict(healthy_raw()["repositories"], apt_lists=[])
+    found, facts, _ = runbooks(healthy_raw(repositories=empty))
+    assert found == ["apt-index.md"]
+    assert facts["repositories"]["package_lists"] is False
 
 
 def test_sections_not_collected_are_absent_and_their_rules_do_not_apply():

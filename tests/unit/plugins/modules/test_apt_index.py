@@ -1,0 +1,94 @@
+"""The apt_index module through ansible, with stand-in apt-get and apt-cache first on PATH (the
+package manager is the boundary): when it refreshes, what it asks apt, and how it fails."""
+
+import os
+
+import pytest
+
+from tests.unit.conftest import FIXTURES, run_module
+
+POLICY = (FIXTURES / "apt" / "xenial-python-python3.txt").read_text()
+
+
+@pytest.fixture
+def apt(tmp_path, monkeypatch):
+    """A lists folder, a stamp, and stand-ins that log their argv; ``apt-cache policy`` answers the
+    recording once ``apt-get update`` has run (or at once when ``known`` exists)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    log = tmp_path / "calls"
+    updated = tmp_path / "updated"
+    policy = tmp_path / "policy.txt"
+    policy.write_text(POLICY)
+    (bin_dir / "apt-get").write_text(
+        f"#!/bin/sh\necho \"apt-get $*\" >> '{log}'\n"
+        f"[ -f '{tmp_path / 'update-fails'}' ] && {{ echo 'E: The repository is not signed.' >&2; exit 100; }}\n"
+        f"touch '{updated}' '{lists}/archive.ubuntu.com_ubuntu_dists_jammy_main_binary-amd64_Packages.lz4'\n"
+    )
+    (bin_dir / "apt-cache").write_text(
+        f"#!/bin/sh\necho \"apt-cache $*\" >> '{log}'\n"
+        f"if [ -f '{updated}' ] || [ -f '{tmp_path / 'known'}' ]; then cat '{policy}'; fi\n"
+    )
+    for tool in ("apt-get", "apt-cache"):
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+    def calls():
+        return log.read_text().splitlines() if log.exists() else []
+
+    return {"root": tmp_path, "lists": lists, "calls": calls, "args": f"lists_dir={lists} stamp_file={tmp_path}/stamp"}
+
+
+def test_empty_new_lists_are_refreshed_before_anything_is_looked_up(apt):
+    # The freshly built image: an empty lists folder modified a moment ago.
+    rc, result = run_module("apt_index", f"{apt['args']} packages=python,python3")
+    assert rc == 0, result
+    assert result["changed"] is False
+    assert (result["refreshed"], result["reason"]) == (True, "the package lists are empty")
+    assert apt["calls"]() == [
+        "apt-get update -q -o DPkg::Lock::Timeout=120",
+        "apt-cache policy python python3",
+    ]
+
+
+def test_recent_lists_that_know_the_packages_are_trusted(apt):
+    (apt["lists"] / "archive.ubuntu.com_ubuntu_dists_jammy_main_binary-amd64_Packages").write_text("")
+    (apt["root"] / "known").write_text("")
+    rc, result = run_module("apt_index", f"{apt['args']} packages=python3")
+    assert rc == 0, result
+    assert (result["refreshed"], result["reason"], result["unknown"]) == (False, "", [])
+    assert apt["calls"]() == ["apt-cache policy python3"]
+
+
+def test_a_package_apt_does_not_know_refreshes_once(apt):
+    (apt["lists"] / "archive.ubuntu.com_ubuntu_dists_jammy_main_binary-amd64_Packages").write_text("")
+    rc, result = run_module("apt_index", f"{apt['args']} packages=python")
+    assert rc == 0, result
+    assert (result["refreshed"], result["unknown"]) == (True, ["python"])
+    assert result["reason"] == "apt does not know python"
+    assert [c.split()[1] for c in apt["calls"]()] == ["policy", "update", "policy"]
+
+
+def test_a_package_no_source_offers_fails_naming_it_and_the_runbook(apt):
+    rc, result = run_module("apt_index", f"{apt['args']} packages=python,no-such-package")
+    assert rc != 0
+    assert result["failed"] is True
+    assert result["unknown"] == ["no-such-package"]
+    assert "apt does not know no-such-package even after refreshing its package lists" in result["msg"]
+    assert "docs/runbooks/apt-index.md" in result["msg"]
+
+
+def test_a_failing_update_fails_with_apts_error(apt):
+    (apt["root"] / "update-fails").write_text("")
+    rc, result = run_module("apt_index", f"{apt['args']} force=true")
+    assert rc != 0
+    assert result["msg"].startswith("apt-get update failed: E: The repository is not signed.")
+
+
+def test_check_mode_refreshes_too_and_changes_nothing(apt):
+    # The lists are a cache: a check run must be able to judge the installs that follow.
+    rc, result = run_module("apt_index", f"{apt['args']} packages=python3", extra=["--check"])
+    assert rc == 0, result
+    assert (result["changed"], result["refreshed"]) == (False, True)
