@@ -61,7 +61,9 @@ do_unit() {
   local rc=0
   # The alert rule tests run Prometheus's own promtool (check rules, test rules).
   PROMTOOL=$(bash scripts/ensure-promtool.sh)
-  export PROMTOOL
+  # The finetune role's pre-launch check runs on the real LLaMA-Factory, transformers and DeepSpeed.
+  INSTINCT_TRAIN_PYTHON=$(bash scripts/ensure-train-libs.sh)
+  export PROMTOOL INSTINCT_TRAIN_PYTHON
   pytest tests/unit || rc=$?
   [[ $rc -eq 0 ]] || { echo "unit tests failed (pytest exit $rc)"; return "$rc"; }
 }

@@ -27,6 +27,7 @@ class FilterModule:
             "finetune_eval_args": _wrap(jobspec.eval_args),
             "finetune_dataset_info": _wrap(jobspec.dataset_info),
             "finetune_job_problems": _wrap(jobspec.job_problems),
+            "finetune_device_problems": _wrap(jobspec.device_problems),
             "finetune_plan": _wrap(finetune_plan),
             "finetune_round": _wrap(finetune_round),
             "perplexity": _wrap(jobspec.perplexity),

@@ -29,11 +29,68 @@ RUNBOOK = "docs/runbooks/finetune-job.md"
 STRATEGY_FILES = {"deepspeed_zero3": "ds_config.json", "fsdp": None, "ddp": None}
 
 
-def deepspeed_zero3_config(job, bf16):
-    """The ZeRO-3 JSON: the field report's settings, with the batch sizes of the job.
+# The Trainer's own default for max_grad_norm; LLaMA-Factory's DeepSpeed examples hand it to DeepSpeed
+# through "gradient_clipping": "auto".
+DEFAULT_MAX_GRAD_NORM = 1.0
 
-    The Trainer refuses a DeepSpeed file whose batch sizes differ from its own arguments, so the
-    micro batch and the accumulation steps come from the job rather than being written twice.
+# LLaMA-Factory's FSDP settings (examples/accelerate/fsdp_config.yaml) under the names transformers'
+# fsdp_config takes: prefetch the next shard during the backward pass, load the weights on rank 0
+# only and broadcast them (CPU-RAM-efficient loading needs the broadcast), and wrap each
+# transformer block (auto_wrap without min_num_params wraps the model's _no_split_modules).
+FSDP_DEFAULTS = {
+    "backward_prefetch": "backward_pre",
+    "forward_prefetch": False,
+    "cpu_ram_efficient_loading": True,
+    "sync_module_states": True,
+    "use_orig_params": True,
+}
+
+# Training settings the role writes from its own finetune_* variables (some of them into
+# ds_config.json too); finetune_extra_args may not set them a second time.
+OWNED_TRAIN_KEYS = {
+    "per_device_train_batch_size": "finetune_per_device_train_batch_size",
+    "gradient_accumulation_steps": "finetune_gradient_accumulation_steps",
+    "max_grad_norm": "finetune_max_grad_norm",
+    "learning_rate": "finetune_learning_rate",
+    "bf16": "finetune_bf16",
+    "val_size": "finetune_val_size",
+    "seed": "finetune_seed",
+    "deepspeed": "finetune_strategy and finetune_deepspeed_extra",
+    "fsdp": "finetune_strategy",
+    "fsdp_config": "finetune_fsdp_config",
+    "output_dir": "finetune_root and finetune_job_name",
+    "dataset_dir": "finetune_dataset_src",
+    "model_name_or_path": "finetune_model or finetune_model_src",
+    "finetuning_type": "finetune_finetuning_type",
+}
+
+# Keys of ds_config.json that the Trainer checks against its own arguments
+# (transformers' HfTrainerDeepSpeedConfig.trainer_config_process), with the job setting behind each.
+DEEPSPEED_MATCHED_KEYS = {
+    "train_micro_batch_size_per_gpu": "per_device_train_batch_size",
+    "gradient_accumulation_steps": "gradient_accumulation_steps",
+    "gradient_clipping": "max_grad_norm",
+}
+
+# Settings that ask the Trainer to evaluate during training; without a validation split
+# LLaMA-Factory stops with "Please make sure eval_dataset be provided or val_size >1e-6".
+EVAL_KEYS = ("do_eval", "eval_strategy", "eval_steps", "load_best_model_at_end", "eval_dataset")
+
+
+def max_grad_norm(job):
+    value = job.get("max_grad_norm")
+    return DEFAULT_MAX_GRAD_NORM if value in (None, "") else float(value)
+
+
+def deepspeed_zero3_config(job, bf16):
+    """The ZeRO-3 JSON: the field report's settings, with the batch sizes and clipping of the job.
+
+    The Trainer refuses a DeepSpeed file whose batch sizes or clipping differ from its own
+    arguments, so they come from the job rather than being written twice. Under DeepSpeed the
+    Trainer does not clip gradients itself and DeepSpeed's own default is no clipping, so the job's
+    max_grad_norm is written as gradient_clipping (LLaMA-Factory's examples say "auto", which the
+    Trainer fills with the same number). Full fine-tuning under ZeRO-3 only saves loadable weights
+    (model.safetensors) when the shards are gathered on save, as LLaMA-Factory's examples set.
     """
     zero = {"stage": 3}
     if _flag(job, "deepspeed_offload_optimizer", True):
@@ -42,11 +99,13 @@ def deepspeed_zero3_config(job, bf16):
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
     zero["overlap_comm"] = True
     zero["contiguous_gradients"] = True
+    zero["stage3_gather_16bit_weights_on_model_save"] = _flag(job, "deepspeed_gather_16bit_weights", True)
     config = {
         "bf16": {"enabled": bool(bf16)},
         "zero_optimization": zero,
         "train_micro_batch_size_per_gpu": int(job["per_device_train_batch_size"]),
         "gradient_accumulation_steps": int(job["gradient_accumulation_steps"]),
+        "gradient_clipping": max_grad_norm(job),
     }
     return _merge(config, job.get("deepspeed_extra") or {})
 
@@ -124,6 +183,7 @@ def train_args(job, node):
             "num_train_epochs": float(job["num_train_epochs"]),
             "lr_scheduler_type": job.get("lr_scheduler_type", "cosine"),
             "warmup_ratio": float(job.get("warmup_ratio", 0.1)),
+            "max_grad_norm": max_grad_norm(job),
             "bf16": bf16,
             # LLaMA-Factory's own switch: it enables checkpointing on the model itself, which also
             # covers LoRA's frozen base (the Trainer's flag would do it a second time).
@@ -148,8 +208,7 @@ def train_args(job, node):
         args["deepspeed"] = node["strategy_file"]
     elif strategy == "fsdp":
         args["fsdp"] = "full_shard auto_wrap"
-        if job.get("fsdp_config"):
-            args["fsdp_config"] = dict(job["fsdp_config"])
+        args["fsdp_config"] = _merge(FSDP_DEFAULTS, job.get("fsdp_config") or {})
     if device == "cpu":
         # Without GPUs, torch.distributed needs Gloo: NCCL/RCCL is for GPUs only.
         args["ddp_backend"] = "gloo"
@@ -236,6 +295,105 @@ def job_problems(job, host=""):  # noqa: PLR0912 - one branch per setting reads 
         bad("dataset_name", job.get("dataset_name"), "name the dataset (the key in dataset_info.json)")
     if not job.get("model"):
         bad("model", job.get("model"), "set a path on the nodes, a hub id, or finetune_model_src")
+    norm = _number(job.get("max_grad_norm", DEFAULT_MAX_GRAD_NORM))
+    if norm is None or norm < 0:
+        bad(
+            "max_grad_norm",
+            job.get("max_grad_norm"),
+            "set a number of at least 0 (1.0 clips as the Trainer does; 0 = off)",
+        )
+    if job.get("finetuning_type") == "lora" and not _positive_int(job.get("lora_rank", 8)):
+        bad("lora_rank", job.get("lora_rank"), "set a whole number of at least 1 (8, 16 or 64 are usual)")
+    problems += _combination_problems(job, val_size, bad)
+    return problems
+
+
+def _combination_problems(job, val_size, bad):
+    """Settings that are each valid but cannot work together: found before anything launches."""
+    problems = []
+    extra = job.get("extra_args") or {}
+    ds_extra = job.get("deepspeed_extra") or {}
+    for setting, value in (
+        ("extra_args", extra),
+        ("deepspeed_extra", ds_extra),
+        ("fsdp_config", job.get("fsdp_config") or {}),
+    ):
+        if not isinstance(value, dict):
+            bad(setting, value, "give a mapping of setting: value (LLaMA-Factory's or DeepSpeed's own names)")
+            return problems
+    for key in sorted(set(extra) & set(OWNED_TRAIN_KEYS)):
+        owner = OWNED_TRAIN_KEYS[key]
+        bad(
+            "extra_args",
+            {key: extra[key]},
+            f"the role writes {key} itself from {owner} (into ds_config.json too, where DeepSpeed and the "
+            f"Trainer must agree); set {owner} instead and leave {key} out of finetune_extra_args",
+        )
+    asked = [key for key in EVAL_KEYS if key in extra and extra[key] not in (False, "no", None)]
+    if asked and val_size == 0:
+        bad(
+            "val_size",
+            job.get("val_size"),
+            f"finetune_extra_args asks for evaluation ({', '.join(asked)}), which needs a validation split: "
+            "set finetune_val_size (e.g. 0.1) or leave the evaluation settings out",
+        )
+    strategy = job.get("strategy")
+    if strategy == "deepspeed_zero3":
+        for ds_key, setting in DEEPSPEED_MATCHED_KEYS.items():
+            if ds_key not in ds_extra or ds_extra[ds_key] == "auto":
+                continue
+            ours = max_grad_norm(job) if setting == "max_grad_norm" else _number(job.get(setting))
+            if _number(ds_extra[ds_key]) != ours:
+                bad(
+                    "deepspeed_extra",
+                    {ds_key: ds_extra[ds_key]},
+                    f"ds_config.json's {ds_key} would be {ds_extra[ds_key]!r} but the Trainer's {setting} is "
+                    f"{ours:g}, and transformers refuses the mismatch; set finetune_{setting} instead",
+                )
+        zero = ds_extra.get("zero_optimization") if isinstance(ds_extra.get("zero_optimization"), dict) else {}
+        gather = zero.get("stage3_gather_16bit_weights_on_model_save", job.get("deepspeed_gather_16bit_weights"))
+        if (
+            job.get("finetuning_type") in ("full", "freeze")
+            and gather is not None
+            and not boolean(gather, strict=False)
+        ):
+            bad(
+                "deepspeed_gather_16bit_weights",
+                gather,
+                f"{job.get('finetuning_type')} fine-tuning under ZeRO-3 then saves only the sharded optimizer "
+                "state (global_step*/), no model.safetensors that transformers can load or evaluate; set it to true",
+            )
+    if strategy == "fsdp" and not _flag(job, "shared_output", False):
+        bad(
+            "strategy",
+            strategy,
+            "FSDP checkpoints are written by rank 0 only, so without a shared output folder the other nodes "
+            "could not resume; set finetune_shared_output: true on a shared file system, or use deepspeed_zero3",
+        )
+    return problems
+
+
+def device_problems(job, device, world_size, host=""):
+    """What cannot work on the node's device or at the job's world size (after the node was probed,
+    still before anything is written)."""
+    where = f"{host}: " if host else ""
+    problems = []
+    if job.get("strategy") == "fsdp" and device != "rocm":
+        problems.append(
+            f"{where}finetune_strategy is 'fsdp', but this node has no GPU (device {device}): torch's FSDP "
+            "shards over accelerators and stops with 'There are currently no available devices found'. "
+            f"Use ddp or deepspeed_zero3 on CPU nodes. See {RUNBOOK}"
+        )
+    ds_extra = job.get("deepspeed_extra") or {}
+    wanted = ds_extra.get("train_batch_size") if isinstance(ds_extra, dict) else None
+    if job.get("strategy") == "deepspeed_zero3" and wanted not in (None, "auto"):
+        per_step = int(world_size) * int(job["per_device_train_batch_size"]) * int(job["gradient_accumulation_steps"])
+        if _number(wanted) != per_step:
+            problems.append(
+                f"{where}finetune_deepspeed_extra sets train_batch_size {wanted!r}, but {world_size} ranks x "
+                f"{job['per_device_train_batch_size']} per device x {job['gradient_accumulation_steps']} accumulation "
+                f"steps make {per_step}; leave train_batch_size out (DeepSpeed computes it). See {RUNBOOK}"
+            )
     return problems
 
 

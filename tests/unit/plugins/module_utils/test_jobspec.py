@@ -95,11 +95,27 @@ def test_the_role_passes_each_default_under_its_own_name():
 # --- DeepSpeed ZeRO-3 ------------------------------------------------------------------------
 
 
-def test_default_job_renders_exactly_the_field_report_zero3_settings():
+# What the role adds to the field report (issue 16): clipping as the Trainer's max_grad_norm (DeepSpeed's
+# own default is none, and under DeepSpeed the Trainer does not clip), and the gathered 16-bit weights
+# on save that LLaMA-Factory's ZeRO-3 examples set (without them full fine-tuning saves no weights).
+ROLE_ZERO3 = copy.deepcopy(FIELD_REPORT_ZERO3)
+ROLE_ZERO3["gradient_clipping"] = 1.0
+ROLE_ZERO3["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = True
+
+
+def test_default_job_renders_the_field_report_zero3_settings_plus_clipping_and_gathered_weights():
     job = role_job()
-    assert jobspec.deepspeed_zero3_config(job, jobspec.use_bf16(job, "rocm")) == FIELD_REPORT_ZERO3
+    rendered = jobspec.deepspeed_zero3_config(job, jobspec.use_bf16(job, "rocm"))
+    assert rendered == ROLE_ZERO3
+    # The field report's own settings are all there, unchanged.
+    assert {k: v for k, v in rendered.items() if k in FIELD_REPORT_ZERO3 and k != "zero_optimization"} == {
+        k: v for k, v in FIELD_REPORT_ZERO3.items() if k != "zero_optimization"
+    }
+    for key, value in FIELD_REPORT_ZERO3["zero_optimization"].items():
+        assert rendered["zero_optimization"][key] == value
     files = job_files(job, node("rocm"))
-    assert files["deepspeed"] == FIELD_REPORT_ZERO3
+    assert files["deepspeed"] == ROLE_ZERO3
+    assert files["train"]["max_grad_norm"] == files["deepspeed"]["gradient_clipping"] == 1.0
     assert files["train"]["deepspeed"] == f"{CONF_DIR}/ds_config.json"
     assert files["train"]["bf16"] is True
     assert "fsdp" not in files["train"]
@@ -112,7 +128,7 @@ def test_bf16_auto_is_off_on_a_cpu_node_in_both_files():
     files = job_files(role_job(), node("cpu"))
     assert files["train"]["bf16"] is False
     assert files["deepspeed"]["bf16"] == {"enabled": False}
-    assert files["deepspeed"]["zero_optimization"] == FIELD_REPORT_ZERO3["zero_optimization"]
+    assert files["deepspeed"]["zero_optimization"] == ROLE_ZERO3["zero_optimization"]
 
 
 @pytest.mark.parametrize(("setting", "device", "enabled"), [(False, "rocm", False), ("true", "cpu", True)])
@@ -132,7 +148,12 @@ def test_the_batch_sizes_of_the_job_reach_the_deepspeed_file():
 
 def test_optimizer_offload_can_be_switched_off_and_parameter_offload_on():
     zero = job_files(role_job(deepspeed_offload_optimizer=False), node())["deepspeed"]["zero_optimization"]
-    assert zero == {"stage": 3, "overlap_comm": True, "contiguous_gradients": True}
+    assert zero == {
+        "stage": 3,
+        "overlap_comm": True,
+        "contiguous_gradients": True,
+        "stage3_gather_16bit_weights_on_model_save": True,
+    }
     zero = job_files(role_job(deepspeed_offload_param=True), node())["deepspeed"]["zero_optimization"]
     assert zero["offload_param"] == {"device": "cpu", "pin_memory": True}
     assert zero["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
@@ -141,7 +162,7 @@ def test_optimizer_offload_can_be_switched_off_and_parameter_offload_on():
 def test_deepspeed_extra_merges_deeply():
     extra = {
         "zero_optimization": {"offload_optimizer": {"pin_memory": False}, "stage3_max_live_parameters": 1000000000},
-        "gradient_clipping": 1.0,
+        "steps_per_print": 50,
     }
     job = role_job(deepspeed_extra=extra)
     config = job_files(job, node())["deepspeed"]
@@ -152,11 +173,13 @@ def test_deepspeed_extra_merges_deeply():
             "offload_optimizer": {"device": "cpu", "pin_memory": False},
             "overlap_comm": True,
             "contiguous_gradients": True,
+            "stage3_gather_16bit_weights_on_model_save": True,
             "stage3_max_live_parameters": 1000000000,
         },
         "train_micro_batch_size_per_gpu": 2,
         "gradient_accumulation_steps": 4,
         "gradient_clipping": 1.0,
+        "steps_per_print": 50,
     }
     assert job["deepspeed_extra"] == extra  # the job's own settings are left as they were
 
@@ -168,10 +191,20 @@ def test_fsdp_renders_full_shard_auto_wrap_and_no_deepspeed():
     files = job_files(role_job(strategy="fsdp"), node())
     assert files["train"]["fsdp"] == "full_shard auto_wrap"
     assert "deepspeed" not in files["train"]
-    assert "fsdp_config" not in files["train"]
     assert files["deepspeed"] is None
-    config = {"transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}
-    assert job_files(role_job(strategy="fsdp", fsdp_config=config), node())["train"]["fsdp_config"] == config
+    # LLaMA-Factory's FSDP settings (examples/accelerate/fsdp_config.yaml) in transformers' names.
+    assert files["train"]["fsdp_config"] == {
+        "backward_prefetch": "backward_pre",
+        "forward_prefetch": False,
+        "cpu_ram_efficient_loading": True,
+        "sync_module_states": True,
+        "use_orig_params": True,
+    }
+    config = {"transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"], "backward_prefetch": "backward_post"}
+    rendered = job_files(role_job(strategy="fsdp", fsdp_config=config), node())["train"]["fsdp_config"]
+    assert rendered["transformer_layer_cls_to_wrap"] == ["LlamaDecoderLayer"]
+    assert rendered["backward_prefetch"] == "backward_post"
+    assert rendered["cpu_ram_efficient_loading"] is True
 
 
 def test_ddp_renders_neither_deepspeed_nor_fsdp():
@@ -300,6 +333,9 @@ SANDBOX_TRAIN_YAML = {
     "num_train_epochs": 3.0,
     "lr_scheduler_type": "cosine",
     "warmup_ratio": 0.05,
+    # Added after that run (issue 16): the clipping it already had as the Trainer's default, now
+    # written out because ZeRO-3 needs the same number in ds_config.json.
+    "max_grad_norm": 1.0,
     "bf16": False,
     "disable_gradient_checkpointing": False,
     "ddp_timeout": 180000000,
@@ -312,8 +348,9 @@ SANDBOX_TRAIN_YAML = {
     "ddp_backend": "gloo",
     "dataloader_num_workers": 0,
 }
-# The fingerprint that run's eval.json recorded for the job.
-SANDBOX_FINGERPRINT = "14cec2609bbd0aa6"
+# The fingerprint that run's eval.json recorded for the job was 14cec2609bbd0aa6; with max_grad_norm
+# written out it is the one below (a finished job of an older version is re-run once after an upgrade).
+SANDBOX_FINGERPRINT = "510f9f7afdfd38ee"
 
 
 def sandbox_job():
@@ -493,7 +530,9 @@ def test_fingerprint_is_stable_for_equal_input():
         ("strategy", "ddp"),
         ("deepspeed_offload_optimizer", False),
         ("deepspeed_offload_param", True),
-        ("deepspeed_extra", {"gradient_clipping": 1.0}),
+        ("deepspeed_extra", {"steps_per_print": 50}),
+        ("max_grad_norm", 0.5),
+        ("deepspeed_gather_16bit_weights", False),
     ],
 )
 def test_fingerprint_changes_with_any_setting(setting, value):
@@ -581,3 +620,98 @@ def test_counting_tokens_changes_the_train_yaml_but_not_the_fingerprint():
     assert counted["train"]["include_num_input_tokens_seen"] is True
     assert uncounted["train"]["include_num_input_tokens_seen"] is False
     assert counted["fingerprint"] == uncounted["fingerprint"] == SANDBOX_FINGERPRINT
+
+
+# --- Settings that cannot work together (issue 16) ---------------------------------------------
+
+device_problems = FILTERS["finetune_device_problems"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "starts", "says"),
+    [
+        # A batch size given again in extra_args would disagree with ds_config.json.
+        (
+            {"extra_args": {"per_device_train_batch_size": 8}},
+            "finetune_extra_args is {'per_device_train_batch_size': 8}:",
+            "set finetune_per_device_train_batch_size instead",
+        ),
+        ({"extra_args": {"deepspeed": "/etc/my-ds.json"}}, "finetune_extra_args is {'deepspeed':", "finetune_strategy"),
+        ({"extra_args": {"output_dir": "/data/out"}}, "finetune_extra_args is {'output_dir':", "finetune_job_name"),
+        # Evaluation asked for without a validation split.
+        (
+            {"val_size": 0, "extra_args": {"eval_strategy": "steps"}},
+            "finetune_val_size is 0:",
+            "asks for evaluation (eval_strategy), which needs a validation split",
+        ),
+        # transformers refuses a DeepSpeed value that differs from the Trainer's.
+        (
+            {"deepspeed_extra": {"gradient_accumulation_steps": 8}},
+            "finetune_deepspeed_extra is {'gradient_accumulation_steps': 8}:",
+            "the Trainer's gradient_accumulation_steps is 4,",
+        ),
+        (
+            {"deepspeed_extra": {"gradient_clipping": 0.3}},
+            "finetune_deepspeed_extra is {'gradient_clipping': 0.3}:",
+            "set finetune_max_grad_norm instead",
+        ),
+        # A combination that cannot save weights.
+        (
+            {"finetuning_type": "full", "deepspeed_gather_16bit_weights": False},
+            "finetune_deepspeed_gather_16bit_weights is False:",
+            "no model.safetensors",
+        ),
+        (
+            {
+                "finetuning_type": "full",
+                "deepspeed_extra": {"zero_optimization": {"stage3_gather_16bit_weights_on_model_save": "false"}},
+            },
+            "finetune_deepspeed_gather_16bit_weights is 'false':",
+            "no model.safetensors",
+        ),
+        # FSDP without shared storage could not resume on the other nodes.
+        ({"strategy": "fsdp"}, "finetune_strategy is 'fsdp':", "set finetune_shared_output: true"),
+        ({"max_grad_norm": -1}, "finetune_max_grad_norm is -1:", "at least 0"),
+        ({"lora_rank": 0}, "finetune_lora_rank is 0:", "at least 1"),
+        ({"extra_args": ["bf16"]}, "finetune_extra_args is ['bf16']:", "give a mapping"),
+    ],
+)
+def test_settings_that_cannot_work_together_are_refused_before_launch(settings, starts, says):
+    problems = job_problems(role_job(**settings), "node1")
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"node1: {starts}"), problems[0]
+    assert says in problems[0]
+    assert problems[0].endswith(f"See {RUNBOOK}")
+
+
+def test_the_combinations_that_do_work_pass():
+    assert job_problems(role_job(strategy="fsdp", shared_output=True), "node1") == []
+    assert job_problems(role_job(finetuning_type="full"), "node1") == []
+    # LoRA saves its adapter without gathered weights; "auto" is left to the Trainer.
+    assert job_problems(role_job(deepspeed_gather_16bit_weights=False), "node1") == []
+    assert (
+        job_problems(role_job(deepspeed_extra={"gradient_clipping": "auto", "gradient_accumulation_steps": 4}), "n")
+        == []
+    )
+    assert job_problems(role_job(extra_args={"eval_strategy": "steps"}), "node1") == []
+    assert job_problems(role_job(val_size=0, extra_args={"do_eval": False}), "node1") == []
+    # Under ddp there is no ds_config.json to disagree with.
+    assert job_problems(role_job(strategy="ddp", deepspeed_extra={"gradient_accumulation_steps": 8}), "n") == []
+
+
+def test_fsdp_is_refused_on_a_cpu_node_and_not_on_a_gpu_node():
+    job = role_job(strategy="fsdp", shared_output=True)
+    (problem,) = device_problems(job, "cpu", 2, "node1")
+    assert problem.startswith("node1: finetune_strategy is 'fsdp', but this node has no GPU (device cpu)")
+    assert "Use ddp or deepspeed_zero3 on CPU nodes" in problem
+    assert problem.endswith(f"See {RUNBOOK}")
+    assert device_problems(job, "rocm", 16, "node1") == []
+    assert device_problems(role_job(), "cpu", 2, "node1") == []
+
+
+def test_a_deepspeed_train_batch_size_must_be_the_world_times_micro_times_accumulation():
+    job = role_job(deepspeed_extra={"train_batch_size": 64})
+    assert device_problems(job, "rocm", 8, "node1") == []  # 8 x 2 x 4
+    (problem,) = device_problems(job, "rocm", 16, "node1")
+    assert "train_batch_size 64, but 16 ranks x 2 per device x 4 accumulation steps make 128" in problem
+    assert device_problems(role_job(deepspeed_extra={"train_batch_size": "auto"}), "rocm", 16, "n") == []
