@@ -82,9 +82,13 @@ def parse_ds_report(text):
 
 
 def ds_op_problems(report, wanted_ops):
-    """Which requested ops (DS_BUILD_* names such as ``CPU_ADAM``) the report does not show as installed."""
+    """Which requested ops (DS_BUILD_* names such as ``CPU_ADAM``) the report does not show as installed.
+
+    ds_report names an op by its builder's NAME: mostly the DS_BUILD_ name in lower case, but the
+    CPU communication ops are ``deepspeed_shm_comm`` and ``deepspeed_ccl_comm`` (DS_BUILD_SHM_COMM,
+    DS_BUILD_CCL_COMM)."""
     installed = {name.lower() for name in report.get("installed_ops") or []}
-    return [op for op in wanted_ops or [] if op.lower() not in installed]
+    return [op for op in wanted_ops or [] if not {op.lower(), f"deepspeed_{op.lower()}"} & installed]
 
 
 _OP_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")

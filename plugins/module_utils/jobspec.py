@@ -215,11 +215,31 @@ def train_args(job, node):
     return _merge(args, job.get("extra_args") or {})
 
 
-def eval_args(job, node):
-    """The evaluation YAML: the trained weights on the job's validation split, no training.
+# Settings of finetune_extra_args that change which rows form the validation split or which tokens
+# are labels: the evaluation must use the training's, or it scores other rows or other tokens.
+SPLIT_AND_LABEL_KEYS = (
+    "max_samples",
+    "train_on_prompt",
+    "mask_history",
+    "packing",
+    "neat_packing",
+    "streaming",
+    "buffer_size",
+    "mix_strategy",
+    "interleave_probs",
+    "default_system",
+    "enable_thinking",
+    "tool_format",
+)
+
+
+def eval_args(job, node, base=False):
+    """The evaluation YAML: the trained weights (or, with ``base``, the base model they started
+    from) on the job's validation split, no training.
 
     LLaMA-Factory splits ``val_size`` off with ``train_test_split(seed=...)``, so the same dataset,
-    fraction and seed give back exactly the validation rows the training held out.
+    fraction, seed and sample cap give back exactly the validation rows the training held out; the
+    settings that decide the labels (the prompt masked or not, packing) come along too.
     """
     args = {
         "model_name_or_path": node["model"],
@@ -235,15 +255,26 @@ def eval_args(job, node):
         "val_size": float(job["val_size"]),
         "seed": int(job.get("seed", 42)),
         "per_device_eval_batch_size": int(job.get("per_device_eval_batch_size", 1)),
-        "output_dir": node["eval_dir"],
+        "output_dir": node["base_eval_dir"] if base else node["eval_dir"],
         "report_to": "none",
         "bf16": use_bf16(job, node["device"]),
     }
+    extra = job.get("extra_args") or {}
+    args.update({key: extra[key] for key in SPLIT_AND_LABEL_KEYS if key in extra})
+    if base:
+        return args
     if job["finetuning_type"] == "lora":
         args["adapter_name_or_path"] = node["output_dir"]
     else:
         args["model_name_or_path"] = node["output_dir"]
     return args
+
+
+def base_eval_key(base_args, dataset_checksum):
+    """The cache key of a base model's evaluation: its settings (not where it writes) and the
+    dataset file's content, so that a base model is scored once per model, dataset and split."""
+    settings = {key: value for key, value in base_args.items() if key != "output_dir"}
+    return fingerprint(settings, {"dataset_sha1": dataset_checksum})
 
 
 def dataset_info(job, file_name):
@@ -461,3 +492,71 @@ def parse_env_file(text):
         if sep:
             values[key.strip()] = value.strip().strip('"').strip("'")
     return values
+
+
+# --- What the evaluate role checks and writes (issue 16) --------------------------------------
+
+# What eval.json's perplexity is, in words (transformers' Trainer.evaluate and LLaMA-Factory's SFT
+# labels, at the pinned versions).
+PERPLEXITY_DEFINITION = (
+    "perplexity = exp(eval_loss). eval_loss is transformers' Trainer.evaluate loss on the job's "
+    "validation split (the rows val_size and seed hold out of the dataset): the mean over evaluation "
+    "batches of each batch's mean cross-entropy over its label tokens, each batch weighted by its "
+    "number of samples; with per_device_eval_batch_size 1, the mean over validation samples of each "
+    "sample's mean token cross-entropy. Label tokens are the response tokens (LLaMA-Factory masks the "
+    "prompt unless train_on_prompt is set); padding is never a label. The base model is scored on the "
+    "same rows, tokens and settings."
+)
+
+
+def weights_problems(finetuning_type, report):
+    """Why the weights in an output folder cannot be evaluated (empty when they can).
+
+    ``report`` is what roles/evaluate/files/check_weights.py read: full and freeze fine-tuning need
+    model*.safetensors that safetensors can open with at least one tensor (a ZeRO-3 run without
+    gathered weights leaves none); LoRA needs adapter_model.safetensors and adapter_config.json whose
+    tensors are not empty (an adapter saved from ZeRO-3 shards without gathering has 0-element tensors).
+    """
+    files = report.get("files") or {}
+    tensors = report.get("safetensors") or {}
+    problems = []
+    if finetuning_type == "lora":
+        wanted = ["adapter_model.safetensors"]
+        if "adapter_config.json" not in files:
+            problems.append("adapter_config.json is missing")
+    else:
+        wanted = sorted(name for name in tensors if name.startswith("model") and name.endswith(".safetensors"))
+        if not wanted:
+            shards = sorted(name for name in files if name.startswith("global_step") or name == "zero_to_fp32.py")
+            hint = " (only DeepSpeed's ZeRO shards were saved)" if shards or "latest" in files else ""
+            problems.append(f"no model*.safetensors{hint}")
+        if "config.json" not in files:
+            problems.append("config.json is missing")
+    for name in wanted:
+        entry = tensors.get(name)
+        if entry is None:
+            problems.append(f"{name} is missing")
+        elif entry.get("error"):
+            problems.append(f"{name} cannot be read: {entry['error']}")
+        elif not entry.get("tensors"):
+            problems.append(f"{name} holds no tensor")
+        elif entry.get("empty"):
+            shown = ", ".join(entry["empty"][:3]) + (", ..." if len(entry["empty"]) > 3 else "")
+            problems.append(f"{name} has {len(entry['empty'])} empty tensors ({shown})")
+    return problems
+
+
+def eval_judgement(tuned_loss, base_loss):
+    """Both perplexities, their ratio and the relative improvement (None where a loss is missing)."""
+    tuned = perplexity(tuned_loss)
+    base = perplexity(base_loss)
+    ratio = None
+    if tuned is not None and base not in (None, 0) and math.isfinite(base) and math.isfinite(tuned):
+        ratio = tuned / base
+    return {
+        "perplexity": tuned,
+        "base_perplexity": base,
+        "ratio": ratio,
+        "improvement": None if ratio is None else 1 - ratio,
+        "better": ratio is not None and ratio < 1,
+    }

@@ -32,9 +32,23 @@ def _job(variables):
     return text
 
 
-def _perplexity(variables):
-    value = (variables.get("evaluate_result") or {}).get("perplexity")
-    return None if value is None else f"{float(value):.3f}"
+def _strategy(variables):
+    job = (variables.get("finetune_context") or {}).get("job") or {}
+    return " ".join(filter(None, [job.get("strategy"), job.get("finetuning_type")])) or None
+
+
+def _evaluated(name):
+    def read(variables):
+        value = (variables.get("evaluate_result") or {}).get(name)
+        return None if value is None else f"{float(value):.3f}"
+
+    return read
+
+
+def _improvement(variables):
+    """How much lower the fine-tuned perplexity is than the base model's, in percent."""
+    value = (variables.get("evaluate_result") or {}).get("improvement")
+    return None if value is None else f"{100 * float(value):+.1f}%"
 
 
 def _gpu_metrics(variables):
@@ -63,7 +77,10 @@ COLUMNS = (
     ("fabric NIC", lambda v: f"{v['fabric_ifname']} {v.get('fabric_address')}" if v.get("fabric_ifname") else None),
     ("GPU metrics", _gpu_metrics),
     ("job", _job),
-    ("perplexity", _perplexity),
+    ("strategy", _strategy),
+    ("perplexity", _evaluated("perplexity")),
+    ("base ppl", _evaluated("base_perplexity")),
+    ("vs base", _improvement),
 )
 
 

@@ -1,6 +1,8 @@
-"""End to end on the sandbox cluster: site.yml from bare containers to a 2-node fine-tune and its
-perplexity, a second run that changes nothing, and a rank killed mid-run that stops the job and
-resumes on the next run. Playbooks run through ansible-runner's Python API (scripts/sandbox.py) and
+"""End to end on the sandbox cluster: site.yml from bare containers to a 2-node fine-tune the way a
+real cluster trains by default (DeepSpeed ZeRO-3, optimizer offloaded to CPU, LoRA) and its
+perplexity against the base model's, a second run that changes nothing, ZeRO-3 full fine-tuning
+whose weights load with transformers, plain DDP, and a rank of a ZeRO-3 job killed mid-run that
+stops the job and resumes on the next run. Playbooks run through ansible-runner's Python API (scripts/sandbox.py) and
 are judged from its events and from the nodes themselves.
 
 Needs Docker and the jammy-systemd image (scripts/test.sh e2e provides both); takes ~15 minutes.
@@ -21,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NODES = ["instinct-sandbox-node1", "instinct-sandbox-node2"]
 JOB = "sandbox-tiny"
 FAULT_JOB = "sandbox-fault"
+FULL_JOB = "sandbox-zero3-full"
+DDP_JOB = "sandbox-ddp"
 JOB_ROOT = "/var/lib/instinct-finetune/jobs"
 
 _spec = importlib.util.spec_from_file_location("sandbox", ROOT / "scripts" / "sandbox.py")
@@ -40,6 +44,32 @@ def since_last_launch(text):
 def complete_checkpoints(host, job):
     out = node(host, "sh", "-c", f"ls -d {JOB_ROOT}/{job}/output/checkpoint-*/trainer_state.json", check=False)
     return sorted(int(re.search(r"checkpoint-(\d+)/", line).group(1)) for line in out.stdout.split())
+
+
+def summary_lines(result):
+    """The summary table's lines: a list, or one string of lines where the callback renders YAML."""
+    msgs = [d["msg"] for d in result.debug if "Print one row per node" in (d["task"] or "")]
+    assert msgs, "no summary was printed"
+    return msgs[0].splitlines() if isinstance(msgs[0], str) else msgs[0]
+
+
+def node_python(host, code):
+    return node(host, "/opt/instinct/venv/bin/python", "-c", code)
+
+
+def run_job(name, settings):
+    """finetune + evaluate of one more job on the sandbox (evaluate.yml runs the finetune role first)."""
+    for host in NODES:
+        node(host, "systemctl", "stop", f"instinct-finetune-{name}.service", check=False)
+        node(host, "rm", "-rf", f"{JOB_ROOT}/{name}", f"/var/log/instinct-finetune/{name}")
+    extra = " ".join(f"-e {key}={value}" for key, value in {"finetune_job_name": name, **settings}.items())
+    result = sandbox.run_playbook(
+        "evaluate.yml",
+        cmdline=sandbox.site_cmdline(extra),
+        extravars={"finetune_collect_dir": str(sandbox.collect_dir()), "finetune_progress_interval": 5},
+    )
+    sandbox.write_report(name, result)
+    return result
 
 
 def training_processes(host):
@@ -81,10 +111,17 @@ def test_site_runs_every_stage_on_both_nodes(site):
         assert any(stage.lower() in play.lower() for play in plays), (stage, plays)
 
 
-def test_both_ranks_trained_in_a_world_of_two_over_the_fabric_nic(site, collected):
+def test_both_ranks_trained_with_zero3_offload_in_a_world_of_two_over_the_fabric_nic(site, collected):
     for rank, host in enumerate(NODES):
         log = since_last_launch((collected / host / "train.log").read_text())
         assert f"Process rank: {rank}, world size: 2" in log
+        # DeepSpeed ZeRO-3 with its CPU Adam: the optimizer state lives in host memory.
+        assert "DeepSpeedCPUAdam" in log or "cpu_adam" in log.lower(), log[-3000:]
+    ds_config = json.loads(node(NODES[0], "cat", f"/etc/instinct-finetune/jobs/{JOB}/ds_config.json").stdout)
+    assert ds_config["zero_optimization"]["stage"] == 3
+    assert ds_config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert ds_config["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
+    assert ds_config["gradient_clipping"] == 1.0
     env = node(NODES[1], "cat", "/etc/instinct-finetune/rccl.env").stdout
     fabric_addr = node(NODES[0], "sh", "-c", "ip -4 -o addr show | grep 172.29.20.").stdout.split()[3].split("/")[0]
     assert f"MASTER_ADDR={fabric_addr}" in env
@@ -140,8 +177,8 @@ def test_prometheus_shows_both_ranks_training_beside_both_nodes_gpus(site):
     assert sorted(s["metric"]["instance"] for s in gpus) == NODES
     junction = prometheus('instinct_gpu_temperature_celsius{job="instinct_nodes",sensor="junction"}', want=16)
     assert len(junction) == 16
-    summary = [d["msg"] for d in site.debug if "Print one row per node" in (d["task"] or "")]
-    assert all(any(line.startswith(host) and "rocm-smi 8/8" in line for line in summary[0]) for host in NODES)
+    summary = summary_lines(site)
+    assert all(any(line.startswith(host) and "rocm-smi 8/8" in line for line in summary) for host in NODES)
 
 
 def test_loss_decreases_and_the_plot_is_collected(collected):
@@ -154,18 +191,37 @@ def test_loss_decreases_and_the_plot_is_collected(collected):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
 
 
-def test_checkpoint_and_finite_perplexity_are_collected(site, collected):
+def test_the_adapter_and_a_perplexity_below_the_base_models_are_collected(site, collected):
     result = json.loads((collected / NODES[0] / "eval.json").read_text())
     assert math.isfinite(result["perplexity"]) and result["perplexity"] > 1
     assert result["perplexity"] == pytest.approx(math.exp(result["eval_loss"]))
+    assert result["base_perplexity"] == pytest.approx(math.exp(result["base_eval_loss"]))
+    assert result["perplexity"] < result["base_perplexity"]
+    assert result["ratio"] == pytest.approx(result["perplexity"] / result["base_perplexity"])
+    assert (result["strategy"], result["finetuning_type"]) == ("deepspeed_zero3", "lora")
+    assert "label tokens" in result["definition"]
     on_node = json.loads(node(NODES[0], "cat", f"{JOB_ROOT}/{JOB}/output/eval.json").stdout)
     assert on_node == result
     for host in NODES:
         assert complete_checkpoints(host, JOB)[-1] == 40
-        assert node(host, "test", "-s", f"{JOB_ROOT}/{JOB}/output/model.safetensors", check=False).returncode == 0
-    summary = [d["msg"] for d in site.debug if "Print one row per node" in (d["task"] or "")]
-    assert summary and any("perplexity" in line for line in summary[0])
-    assert any(f"{JOB} succeeded 40/40" in line for line in summary[0])
+        adapter = f"{JOB_ROOT}/{JOB}/output/adapter_model.safetensors"
+        # Gathered on save: every LoRA tensor holds its elements (ZeRO-3 shards would be empty).
+        shapes = node_python(
+            host,
+            "import json, math, sys; from safetensors import safe_open; "
+            f"f = safe_open('{adapter}', 'numpy'); "
+            "print(json.dumps([math.prod(f.get_slice(k).get_shape()) for k in f.keys()]))",
+        )
+        sizes = json.loads(shapes.stdout)
+        assert sizes and min(sizes) > 0, sizes
+    summary = summary_lines(site)
+    header = summary[0]
+    for title in ("strategy", "perplexity", "base ppl", "vs base"):
+        assert title in header
+    master = next(line for line in summary if line.startswith(NODES[0]))
+    assert f"{JOB} succeeded 40/40" in master and "deepspeed_zero3 lora" in master
+    assert f"{result['perplexity']:.3f}" in master and f"{result['base_perplexity']:.3f}" in master
+    assert len([line for line in summary if line.startswith("instinct-sandbox-node")]) == 2
 
 
 def test_rerunning_a_finished_job_changes_nothing(site):
@@ -179,7 +235,7 @@ def test_rerunning_a_finished_job_changes_nothing(site):
     assert any("skip (finished on every node)" in str(d["msg"]) for d in again.debug)
 
 
-def test_a_killed_rank_stops_the_job_and_the_rerun_resumes(site):
+def test_a_killed_rank_of_a_zero3_job_stops_the_job_and_the_rerun_resumes(site):
     for host in NODES:  # a cluster kept from an earlier run may hold this job already
         node(host, "systemctl", "stop", f"instinct-finetune-{FAULT_JOB}.service", check=False)
         node(host, "rm", "-rf", f"{JOB_ROOT}/{FAULT_JOB}", f"/var/log/instinct-finetune/{FAULT_JOB}")
@@ -215,8 +271,9 @@ def test_a_killed_rank_stops_the_job_and_the_rerun_resumes(site):
     for host in NODES:
         assert set(saved[host]) <= set(complete_checkpoints(host, FAULT_JOB))
 
+    # The re-run resumes and, through evaluate.yml, evaluates what it finished.
     resumed = sandbox.run_playbook(
-        "finetune.yml",
+        "evaluate.yml",
         cmdline=sandbox.site_cmdline(fault),
         extravars={"finetune_collect_dir": str(sandbox.collect_dir()), "finetune_progress_interval": 5},
     )
@@ -230,3 +287,40 @@ def test_a_killed_rank_stops_the_job_and_the_rerun_resumes(site):
     assert int(marker.group(1)) == int(restored.group(1)) >= max(saved[NODES[0]])
     state = json.loads(node(NODES[0], "cat", f"{JOB_ROOT}/{FAULT_JOB}/output/trainer_state.json").stdout)
     assert state["global_step"] == 400
+    # A ZeRO-3 job: each node resumed its own optimizer partition from its node-local checkpoint.
+    assert node(NODES[1], "sh", "-c", f"ls {JOB_ROOT}/{FAULT_JOB}/output/checkpoint-*/global_step*/*optim_states.pt",
+                check=False).returncode == 0  # fmt: skip
+    evaluated = json.loads(node(NODES[0], "cat", f"{JOB_ROOT}/{FAULT_JOB}/output/eval.json").stdout)
+    assert evaluated["strategy"] == "deepspeed_zero3"
+    assert evaluated["perplexity"] < evaluated["base_perplexity"]
+
+
+def test_zero3_full_fine_tuning_saves_weights_that_load_and_beat_the_base_model(site):
+    result = run_job(
+        FULL_JOB, {"finetune_finetuning_type": "full", "finetune_learning_rate": "2.0e-3", "finetune_max_steps": 20}
+    )
+    assert result.rc == 0, result.failures
+    weights = f"{JOB_ROOT}/{FULL_JOB}/output"
+    loaded = node_python(
+        NODES[0],
+        "from transformers import AutoModelForCausalLM; "
+        f"m = AutoModelForCausalLM.from_pretrained('{weights}'); "
+        "print(sum(p.numel() for p in m.parameters()))",
+    )
+    assert int(loaded.stdout.split()[-1]) > 0
+    evaluated = json.loads(node(NODES[0], "cat", f"{weights}/eval.json").stdout)
+    assert (evaluated["strategy"], evaluated["finetuning_type"]) == ("deepspeed_zero3", "full")
+    assert evaluated["perplexity"] < evaluated["base_perplexity"]
+    # The base model was scored once for this model, dataset and split: the LoRA job's evaluation.
+    main = json.loads(node(NODES[0], "cat", f"{JOB_ROOT}/{JOB}/output/eval.json").stdout)
+    assert evaluated["base_eval_dir"] == main["base_eval_dir"]
+    assert evaluated["base_eval_loss"] == main["base_eval_loss"]
+
+
+def test_plain_ddp_still_trains_and_evaluates(site):
+    result = run_job(DDP_JOB, {"finetune_strategy": "ddp", "finetune_finetuning_type": "full",
+                               "finetune_learning_rate": "2.0e-3", "finetune_max_steps": 20})  # fmt: skip
+    assert result.rc == 0, result.failures
+    assert node(NODES[0], "test", "-e", f"/etc/instinct-finetune/jobs/{DDP_JOB}/ds_config.json", check=False).returncode
+    evaluated = json.loads(node(NODES[0], "cat", f"{JOB_ROOT}/{DDP_JOB}/output/eval.json").stdout)
+    assert evaluated["strategy"] == "ddp" and evaluated["perplexity"] < evaluated["base_perplexity"]

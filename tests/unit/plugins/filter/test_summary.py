@@ -16,7 +16,8 @@ HOSTVARS = {
         "monitoring_gpu_exporter_active": "instinct",
         "monitoring_gpu_state": {"up": True, "stale": False, "source": "amd-smi", "gpus": 8, "expected": 8},
         "finetune_result": {"job": "llama3-lora", "state": "succeeded", "steps": 120, "total_steps": 120},
-        "evaluate_result": {"perplexity": 5.43219},
+        "finetune_context": {"job": {"strategy": "deepspeed_zero3", "finetuning_type": "lora"}},
+        "evaluate_result": {"perplexity": 5.43219, "base_perplexity": 9.1, "improvement": 0.403056},
     },
     # A CPU node whose torch source had no torchvision/torchaudio.
     "cpu-01": {
@@ -38,16 +39,17 @@ def test_one_aligned_row_per_node_with_dashes_for_stages_that_did_not_run():
     lines = node_summary(HOSTVARS, ["mi300x-01", "mi300x-02", "cpu-01"])
     assert [cell.strip() for cell in lines[0].split(" | ")] == [
         "node", "OS", "ROCm", "gfx", "GPUs", "PCI GPUs", "torch", "DeepSpeed", "LLaMA-Factory", "fabric NIC",
-        "GPU metrics", "job", "perplexity",
+        "GPU metrics", "job", "strategy", "perplexity", "base ppl", "vs base",
     ]  # fmt: skip
     assert set(lines[1]) <= {"-", "+"}
     assert [cell.strip() for cell in lines[2].split("|")] == [
         "mi300x-01", "Ubuntu 22.04", "7.0.2", "gfx942", "8", "8", "2.10.0+rocm7.0", "0.16.9 (2 ops)", "0.9.5",
-        "ens50f0 10.10.0.11", "amd-smi 8/8", "llama3-lora succeeded 120/120", "5.432",
+        "ens50f0 10.10.0.11", "amd-smi 8/8", "llama3-lora succeeded 120/120", "deepspeed_zero3 lora", "5.432",
+        "9.100", "+40.3%",
     ]  # fmt: skip
-    assert [cell.strip() for cell in lines[3].split("|")] == ["mi300x-02", "Ubuntu 22.04"] + ["-"] * 11
+    assert [cell.strip() for cell in lines[3].split("|")] == ["mi300x-02", "Ubuntu 22.04"] + ["-"] * 14
     assert [cell.strip() for cell in lines[4].split("|")][6:] == [
-        "2.13.0+cpu", "0.16.9 (1 ops)", "0.9.5 (no torchvision/torchaudio)", "-", "stale", "-", "-",
+        "2.13.0+cpu", "0.16.9 (1 ops)", "0.9.5 (no torchvision/torchaudio)", "-", "stale", "-", "-", "-", "-", "-",
     ]  # fmt: skip
     bars = [i for i, c in enumerate(lines[0]) if c == "|"]
     assert bars == [i for i, c in enumerate(lines[1]) if c == "+"]

@@ -62,7 +62,10 @@ def test_cpu_accelerator():
     assert facts["torch_version"] == "2.12.0+cpu"
     assert "deepspeed_not_implemented" in facts["ops"]
     assert facts["incompatible_ops"] == ["async_io"]
-    assert ds_op_problems(facts, ["CPU_ADAM"]) == ["CPU_ADAM"]
+    assert ds_op_problems(facts, ["CPU_ADAM", "SHM_COMM"]) == ["CPU_ADAM", "SHM_COMM"]
+    # ds_report names the CPU communication op deepspeed_shm_comm (its builder's NAME).
+    built = dict(facts, installed_ops=["cpu_adam", "deepspeed_shm_comm"])
+    assert ds_op_problems(built, ["CPU_ADAM", "SHM_COMM"]) == []
 
 
 @pytest.mark.parametrize("text", ["", "Traceback (most recent call last):\n  ...\nImportError: x\n"])

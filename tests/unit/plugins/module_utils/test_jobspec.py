@@ -14,6 +14,7 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.instinct.finetune.plugins.filter.evaluate import FilterModule as EvaluateFilters
 from ansible_collections.instinct.finetune.plugins.filter.finetune import FilterModule
 from ansible_collections.instinct.finetune.plugins.module_utils import jobspec
 from tests.unit.conftest import ROOT
@@ -361,6 +362,12 @@ def sandbox_job():
     return job
 
 
+def recorded_ddp_job():
+    """The sandbox job as it was when the recorded run (tests/fixtures/finetune) trained: plain DDP,
+    full fine-tuning at 2e-3. Since issue 16 the sandbox trains the default way (ZeRO-3, LoRA)."""
+    return {**sandbox_job(), "strategy": "ddp", "finetuning_type": "full", "learning_rate": 2.0e-3}
+
+
 def sandbox_node():
     return {
         "device": "cpu",
@@ -374,7 +381,7 @@ def sandbox_node():
 
 
 def test_the_sandbox_job_renders_the_train_yaml_and_fingerprint_of_the_recorded_run():
-    files = job_files(sandbox_job(), sandbox_node())
+    files = job_files(recorded_ddp_job(), sandbox_node())
     assert files["train"] == SANDBOX_TRAIN_YAML
     assert list(files["train"]) == list(SANDBOX_TRAIN_YAML)  # to_nice_yaml(sort_keys=false) keeps this order
     assert files["deepspeed"] is None
@@ -411,7 +418,7 @@ def test_eval_args_of_full_weights_load_the_trained_model_itself(finetuning_type
 
 def test_eval_args_of_the_sandbox_job_match_its_recorded_evaluation():
     # The recorded eval.json names dataset tiny_instruct, val_size 0.1, seed 42.
-    args = eval_args(sandbox_job(), sandbox_node())
+    args = eval_args(recorded_ddp_job(), sandbox_node())
     assert (args["dataset"], args["val_size"], args["seed"]) == ("tiny_instruct", 0.1, 42)
     assert args["model_name_or_path"] == "/var/lib/instinct-finetune/jobs/sandbox-tiny/output"
 
@@ -606,8 +613,8 @@ def test_a_setting_that_is_not_a_number_fails_as_a_filter_error():
         job_files(role_job(per_device_train_batch_size="two"), node())
 
 
-def test_every_finetune_filter_has_its_documentation():
-    for name in FILTERS:
+def test_every_finetune_and_evaluate_filter_has_its_documentation():
+    for name in [*FILTERS, *EvaluateFilters().filters()]:
         doc = ROOT / "plugins" / "filter" / f"{name}.yml"
         assert doc.is_file(), f"{name} has no {doc.relative_to(ROOT)}"
         text = yaml.safe_load(doc.read_text(encoding="utf-8"))
@@ -615,8 +622,8 @@ def test_every_finetune_filter_has_its_documentation():
 
 
 def test_counting_tokens_changes_the_train_yaml_but_not_the_fingerprint():
-    counted = job_files(sandbox_job(), sandbox_node())
-    uncounted = job_files({**sandbox_job(), "count_tokens": "false"}, sandbox_node())
+    counted = job_files(recorded_ddp_job(), sandbox_node())
+    uncounted = job_files({**recorded_ddp_job(), "count_tokens": "false"}, sandbox_node())
     assert counted["train"]["include_num_input_tokens_seen"] is True
     assert uncounted["train"]["include_num_input_tokens_seen"] is False
     assert counted["fingerprint"] == uncounted["fingerprint"] == SANDBOX_FINGERPRINT
@@ -715,3 +722,81 @@ def test_a_deepspeed_train_batch_size_must_be_the_world_times_micro_times_accumu
     (problem,) = device_problems(job, "rocm", 16, "node1")
     assert "train_batch_size 64, but 16 ranks x 2 per device x 4 accumulation steps make 128" in problem
     assert device_problems(role_job(deepspeed_extra={"train_batch_size": "auto"}), "rocm", 16, "n") == []
+
+
+# --- The base model's evaluation and the judgement (issue 16) ----------------------------------
+
+
+def test_the_evaluation_carries_the_settings_that_choose_the_rows_and_the_labels():
+    extra = {
+        "max_samples": 500,
+        "train_on_prompt": True,
+        "mask_history": True,
+        "packing": False,
+        "dataloader_num_workers": 0,
+    }
+    args = eval_args(role_job(extra_args=extra), node())
+    assert {key: args[key] for key in ("max_samples", "train_on_prompt", "mask_history", "packing")} == {
+        "max_samples": 500,
+        "train_on_prompt": True,
+        "mask_history": True,
+        "packing": False,
+    }
+    assert "dataloader_num_workers" not in args  # a speed setting, not one of the split or the labels
+
+
+def test_the_base_model_is_scored_on_the_same_rows_without_the_adapter():
+    job = role_job(extra_args={"max_samples": 500})
+    tuned = eval_args(job, node())
+    base = jobspec.eval_args(job, node(base_eval_dir="/var/lib/instinct-finetune/base-eval/k"), base=True)
+    assert base["model_name_or_path"] == MODEL
+    assert "adapter_name_or_path" not in base
+    assert base["output_dir"] == "/var/lib/instinct-finetune/base-eval/k"
+    same = {k: v for k, v in tuned.items() if k not in ("adapter_name_or_path", "output_dir")}
+    assert {k: v for k, v in base.items() if k != "output_dir"} == same
+
+
+def test_the_base_evaluation_is_cached_per_model_dataset_and_split():
+    job = role_job()
+    base = jobspec.eval_args(job, node(base_eval_dir="/a"), base=True)
+    key = jobspec.base_eval_key(base, "3f786850e387550fdab836ed7e6dc881de23001b")
+    # Where it writes, or which job asks, does not matter; the data, the split and the model do.
+    other_job = jobspec.eval_args(role_job(job_name="other", learning_rate=0.5), node(base_eval_dir="/b"), base=True)
+    assert jobspec.base_eval_key(other_job, "3f786850e387550fdab836ed7e6dc881de23001b") == key
+    assert jobspec.base_eval_key(base, "0000000000000000000000000000000000000000") != key
+    for change in ({"val_size": 0.2}, {"seed": 7}, {"extra_args": {"max_samples": 10}}, {"cutoff_len": 256}):
+        changed = jobspec.eval_args(role_job(**change), node(base_eval_dir="/a"), base=True)
+        assert jobspec.base_eval_key(changed, "3f786850e387550fdab836ed7e6dc881de23001b") != key, change
+
+
+def test_the_judgement_compares_the_perplexities():
+    judged = jobspec.eval_judgement(math.log(20.0), math.log(80.0))
+    assert judged["perplexity"] == pytest.approx(20.0)
+    assert judged["base_perplexity"] == pytest.approx(80.0)
+    assert judged["ratio"] == pytest.approx(0.25)
+    assert judged["improvement"] == pytest.approx(0.75)
+    assert judged["better"] is True
+    worse = jobspec.eval_judgement(math.log(90.0), math.log(80.0))
+    assert worse["better"] is False and worse["ratio"] == pytest.approx(1.125)
+    assert jobspec.eval_judgement(math.log(80.0), math.log(80.0))["better"] is False  # equal is not better
+    assert jobspec.eval_judgement("nan", math.log(80.0)) == {
+        "perplexity": None, "base_perplexity": pytest.approx(80.0), "ratio": None, "improvement": None, "better": False,
+    }  # fmt: skip
+
+
+def test_the_definition_says_how_the_loss_is_averaged_and_over_which_tokens():
+    text = jobspec.PERPLEXITY_DEFINITION
+    for words in ("exp(eval_loss)", "weighted by its number of samples", "label tokens", "train_on_prompt", "padding"):
+        assert words in text
+
+
+def test_the_sandbox_job_trains_the_default_way():
+    """make sandbox runs what users run: ZeRO-3 with the optimizer offloaded to CPU, and LoRA."""
+    files = job_files(sandbox_job(), sandbox_node())
+    assert files["train"]["finetuning_type"] == "lora"
+    assert files["train"]["deepspeed"] == "/etc/instinct-finetune/jobs/sandbox-tiny/ds_config.json"
+    assert files["deepspeed"]["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    assert files["deepspeed"]["zero_optimization"]["stage"] == 3
+    assert files["train"]["ddp_backend"] == "gloo"
+    assert job_problems(sandbox_job(), "node1") == []
+    assert device_problems(sandbox_job(), "cpu", 2, "node1") == []
