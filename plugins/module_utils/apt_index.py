@@ -20,8 +20,9 @@ import re
 _PACKAGES_INDEX = re.compile(r"_Packages(\.(gz|xz|lz4|zst|bz2|lzma))?$")
 _POLICY_HEAD = re.compile(r"^(\S+):$")
 _POLICY_FIELD = re.compile(r"^\s+(Installed|Candidate|Package pin):\s*(.*)$")
-# A version line of the table: " *** 1.2-3 500" (installed) or "     1.2-3 500".
-_POLICY_VERSION = re.compile(r"^\s(?:\*\*\*|   )\s(\S+)\s+-?\d+$")
+# A version line of the table: " *** 1.2-3 500" (installed) or "     1.2-3 500"; apt 2.x adds
+# " (phased 20%)" to a version that Ubuntu rolls out in phases.
+_POLICY_VERSION = re.compile(r"^\s(?:\*\*\*|   )\s(\S+)\s+-?\d+(?:\s+\(phased \d+%\))?$")
 # A source line under a version: "        500 http://... jammy/main amd64 Packages".
 _POLICY_SOURCE = re.compile(r"^\s+-?\d+\s+(\S+)")
 _NONE = "(none)"
@@ -98,6 +99,15 @@ def unknown_packages(specs, policy):
         if not ok:
             unknown.append(spec)
     return unknown
+
+
+def update_errors(stdout, stderr):
+    """What apt-get update said went wrong: its E: lines, with the W: and Err: lines that name the
+    cause (a NO_PUBKEY or BADSIG in a "W: GPG error", a 404 in an "Err:" line)."""
+    lines = (stderr or "").splitlines() + (stdout or "").splitlines()
+    errors = [line.strip() for line in lines if line.startswith("E:")]
+    causes = [line.strip() for line in lines if line.startswith(("W:", "Err:"))]
+    return errors, causes
 
 
 def refresh_reason(has_lists, age_seconds, valid_seconds, force=False, unknown=()):

@@ -175,8 +175,10 @@ def train_args(job, node):
             "save_on_each_node": not _flag(node, "shared_output", False),
             "plot_loss": _flag(job, "plot_loss", True),
             "report_to": "none",
-            # The progress export's tokens/s: one small all-gather per step.
-            "include_num_input_tokens_seen": _flag(job, "count_tokens", True),
+            # The progress export's tokens/s: one small all-gather per step. "non_padding" counts the
+            # tokens that are trained on (the attention mask), not the padding of each batch, which
+            # True ("all") would count.
+            "include_num_input_tokens_seen": "non_padding" if _flag(job, "count_tokens", True) else "no",
             "per_device_train_batch_size": int(job["per_device_train_batch_size"]),
             "gradient_accumulation_steps": int(job["gradient_accumulation_steps"]),
             "learning_rate": float(job["learning_rate"]),
@@ -270,10 +272,16 @@ def eval_args(job, node, base=False):
     return args
 
 
+# Settings of a base evaluation that differ between jobs without changing its result: where it
+# writes, the job's own copy of the dataset (its content is keyed by checksum), and the fine-tuning
+# type (no adapter is loaded, so every type scores the same base model).
+_BASE_KEY_IGNORED = ("output_dir", "dataset_dir", "finetuning_type")
+
+
 def base_eval_key(base_args, dataset_checksum):
-    """The cache key of a base model's evaluation: its settings (not where it writes) and the
-    dataset file's content, so that a base model is scored once per model, dataset and split."""
-    settings = {key: value for key, value in base_args.items() if key != "output_dir"}
+    """The cache key of a base model's evaluation: its settings and the dataset file's content, so
+    that a base model is scored once per model, dataset and split, whichever job asks."""
+    settings = {key: value for key, value in base_args.items() if key not in _BASE_KEY_IGNORED}
     return fingerprint(settings, {"dataset_sha1": dataset_checksum})
 
 
@@ -474,6 +482,11 @@ def job_files(job, node):
         ds_config = deepspeed_zero3_config(job, use_bf16(job, node["device"]))
     train = train_args(job, node)
     trained = {key: value for key, value in train.items() if key not in NOT_FINGERPRINTED}
+    # max_grad_norm at the Trainer's default trains as it did before the role wrote it out, so a
+    # finished DDP or FSDP job keeps its fingerprint; ZeRO-3's ds_config.json does change (it did
+    # not clip before) and with it the fingerprint.
+    if trained.get("max_grad_norm") == DEFAULT_MAX_GRAD_NORM:
+        del trained["max_grad_norm"]
     return {
         "train": train,
         "deepspeed": ds_config,
@@ -519,6 +532,7 @@ def weights_problems(finetuning_type, report):
     """
     files = report.get("files") or {}
     tensors = report.get("safetensors") or {}
+    names = report.get("names") or list(files)
     problems = []
     if finetuning_type == "lora":
         wanted = ["adapter_model.safetensors"]
@@ -527,8 +541,8 @@ def weights_problems(finetuning_type, report):
     else:
         wanted = sorted(name for name in tensors if name.startswith("model") and name.endswith(".safetensors"))
         if not wanted:
-            shards = sorted(name for name in files if name.startswith("global_step") or name == "zero_to_fp32.py")
-            hint = " (only DeepSpeed's ZeRO shards were saved)" if shards or "latest" in files else ""
+            shards = [name for name in names if name.startswith("global_step") or name in ("latest", "zero_to_fp32.py")]
+            hint = " (only DeepSpeed's ZeRO shards were saved)" if shards else ""
             problems.append(f"no model*.safetensors{hint}")
         if "config.json" not in files:
             problems.append("config.json is missing")

@@ -23,8 +23,11 @@ description:
   - The lists are a cache, not configuration; the refresh reports C(changed=false), as the apt
     module does for a refresh alone, and also runs in check mode, so that a check run can judge
     the installs that follow.
-  - Fails when apt cannot update, or when a package of O(packages) is still unknown after a
-    refresh, naming the packages and the runbook.
+  - Fails when apt cannot update (after O(update_attempts) tries; the message keeps apt's E, W and
+    Err lines, which name a NO_PUBKEY, BADSIG or 404), or when a package of O(packages) is still
+    unknown after a refresh, naming the packages and the runbook.
+  - Touches O(stamp_file) after a successful update, as update-notifier-common's hook does, so
+    that the next run can tell the lists' age even when every source answered "Hit".
 options:
   packages:
     description:
@@ -45,6 +48,10 @@ options:
     description: Seconds to wait for another apt or dpkg (unattended-upgrades on a new node) to let go of its lock.
     type: int
     default: 120
+  update_attempts:
+    description: How often C(apt-get update) is tried before the module fails, 5 s more of pause each time.
+    type: int
+    default: 3
   lists_dir:
     description: apt's lists folder (C(Dir::State::lists)).
     type: path
@@ -110,7 +117,12 @@ from ansible_collections.instinct.finetune.plugins.module_utils.apt_index import
     policy_versions,
     refresh_reason,
     unknown_packages,
+    update_errors,
 )
+
+# apt-get update is retried with a growing pause, as the apt module does: a mirror that answers
+# a moment later, or another apt run finishing, is no failure.
+UPDATE_PAUSE_SECONDS = 5
 
 
 def _lists_state(params):
@@ -140,20 +152,32 @@ def _unknown(module, specs):
 def _update(module):
     apt_get = module.get_bin_path("apt-get", required=True)
     argv = [apt_get, "update", "-q", "-o", f"DPkg::Lock::Timeout={module.params['lock_timeout']}"]
-    rc, out, err = module.run_command(argv, environ_update={"DEBIAN_FRONTEND": "noninteractive"})
-    # apt-get update exits 0 with "W:" lines for a source it could not read; "E:" lines mean it failed.
-    errors = [line for line in (err + "\n" + out).splitlines() if line.startswith("E:")]
-    if rc != 0 or errors:
+    attempts = max(module.params["update_attempts"], 1)
+    for attempt in range(1, attempts + 1):
+        rc, out, err = module.run_command(argv, environ_update={"DEBIAN_FRONTEND": "noninteractive"})
+        # apt-get update exits 0 with "W:" lines for a source it could not read; "E:" lines mean it failed.
+        errors, causes = update_errors(out, err)
+        if rc == 0 and not errors:
+            break
+        if attempt < attempts:
+            time.sleep(UPDATE_PAUSE_SECONDS * attempt)
+    else:
+        said = "; ".join(errors + causes) or err.strip() or out.strip()
         module.fail_json(
             msg=(
-                "apt-get update failed: "
-                + ("; ".join(errors) or err.strip() or out.strip())
-                + f". Check the sources under /etc/apt and the node's access to them. See {module.params['runbook']}"
+                f"apt-get update failed ({attempts} attempts): {said}. Check the sources under /etc/apt and "
+                f"the node's access to them. See {module.params['runbook']}"
             ),
             rc=rc,
             stdout=out,
             stderr=err,
         )
+    # Without update-notifier-common nothing records a successful update, and an update whose
+    # sources all answered "Hit" leaves the lists folder's time as it was: the stamp is the age.
+    stamp = module.params["stamp_file"]
+    os.makedirs(os.path.dirname(stamp), exist_ok=True)
+    with open(stamp, "a", encoding="utf-8"):
+        os.utime(stamp, None)
 
 
 def main():
@@ -163,6 +187,7 @@ def main():
             "valid_time": {"type": "int", "default": 3600},
             "force": {"type": "bool", "default": False},
             "lock_timeout": {"type": "int", "default": 120},
+            "update_attempts": {"type": "int", "default": 3},
             "lists_dir": {"type": "path", "default": "/var/lib/apt/lists"},
             "stamp_file": {"type": "path", "default": "/var/lib/apt/periodic/update-success-stamp"},
             "runbook": {"type": "str", "default": "docs/runbooks/apt-index.md"},

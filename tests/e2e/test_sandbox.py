@@ -115,8 +115,13 @@ def test_both_ranks_trained_with_zero3_offload_in_a_world_of_two_over_the_fabric
     for rank, host in enumerate(NODES):
         log = since_last_launch((collected / host / "train.log").read_text())
         assert f"Process rank: {rank}, world size: 2" in log
-        # DeepSpeed ZeRO-3 with its CPU Adam: the optimizer state lives in host memory.
-        assert "DeepSpeedCPUAdam" in log or "cpu_adam" in log.lower(), log[-3000:]
+    # DeepSpeed ZeRO-3 with its CPU Adam: the optimizer state lives in host memory (DeepSpeed logs
+    # the optimizer it chose on rank 0 only).
+    master_log = since_last_launch((collected / NODES[0] / "train.log").read_text())
+    assert "DeepSpeedCPUAdam" in master_log, master_log[-3000:]
+    # The shared-memory communication op came with the wheel: no rank compiled it at launch.
+    for host in NODES:
+        assert "Building extension module deepspeed_shm_comm" not in (collected / host / "train.log").read_text()
     ds_config = json.loads(node(NODES[0], "cat", f"/etc/instinct-finetune/jobs/{JOB}/ds_config.json").stdout)
     assert ds_config["zero_optimization"]["stage"] == 3
     assert ds_config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
@@ -204,16 +209,19 @@ def test_the_adapter_and_a_perplexity_below_the_base_models_are_collected(site, 
     assert on_node == result
     for host in NODES:
         assert complete_checkpoints(host, JOB)[-1] == 40
-        adapter = f"{JOB_ROOT}/{JOB}/output/adapter_model.safetensors"
-        # Gathered on save: every LoRA tensor holds its elements (ZeRO-3 shards would be empty).
-        shapes = node_python(
-            host,
-            "import json, math, sys; from safetensors import safe_open; "
-            f"f = safe_open('{adapter}', 'numpy'); "
-            "print(json.dumps([math.prod(f.get_slice(k).get_shape()) for k in f.keys()]))",
-        )
-        sizes = json.loads(shapes.stdout)
-        assert sizes and min(sizes) > 0, sizes
+    # Gathered on save by rank 0: every LoRA tensor of the master's adapter holds its elements
+    # (ZeRO-3 partitions would be empty). Other nodes keep their own ZeRO shards for a resume.
+    adapter = f"{JOB_ROOT}/{JOB}/output/adapter_model.safetensors"
+    shapes = node_python(
+        NODES[0],
+        "import json, math; from safetensors import safe_open; "
+        f"f = safe_open('{adapter}', 'numpy'); "
+        "print(json.dumps([math.prod(f.get_slice(k).get_shape()) for k in f.keys()]))",
+    )
+    sizes = json.loads(shapes.stdout.strip().splitlines()[-1])
+    assert sizes and min(sizes) > 0, sizes
+    shards = node(NODES[1], "sh", "-c", f"ls {JOB_ROOT}/{JOB}/output/checkpoint-40/global_step40/", check=False)
+    assert "optim_states.pt" in shards.stdout, shards.stdout
     summary = summary_lines(site)
     header = summary[0]
     for title in ("strategy", "perplexity", "base ppl", "vs base"):
@@ -239,7 +247,7 @@ def test_a_killed_rank_of_a_zero3_job_stops_the_job_and_the_rerun_resumes(site):
     for host in NODES:  # a cluster kept from an earlier run may hold this job already
         node(host, "systemctl", "stop", f"instinct-finetune-{FAULT_JOB}.service", check=False)
         node(host, "rm", "-rf", f"{JOB_ROOT}/{FAULT_JOB}", f"/var/log/instinct-finetune/{FAULT_JOB}")
-    fault = f"-e finetune_job_name={FAULT_JOB} -e finetune_max_steps=400 -e finetune_save_steps=25"
+    fault = f"-e finetune_job_name={FAULT_JOB} -e finetune_max_steps=150 -e finetune_save_steps=25"
     outcome = {}
 
     def run():
@@ -286,7 +294,7 @@ def test_a_killed_rank_of_a_zero3_job_stops_the_job_and_the_rerun_resumes(site):
     assert marker and restored, log[:3000]
     assert int(marker.group(1)) == int(restored.group(1)) >= max(saved[NODES[0]])
     state = json.loads(node(NODES[0], "cat", f"{JOB_ROOT}/{FAULT_JOB}/output/trainer_state.json").stdout)
-    assert state["global_step"] == 400
+    assert state["global_step"] == 150
     # A ZeRO-3 job: each node resumed its own optimizer partition from its node-local checkpoint.
     assert node(NODES[1], "sh", "-c", f"ls {JOB_ROOT}/{FAULT_JOB}/output/checkpoint-*/global_step*/*optim_states.pt",
                 check=False).returncode == 0  # fmt: skip

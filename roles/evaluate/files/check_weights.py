@@ -7,7 +7,11 @@ Run in the training venv on the master node by the evaluate role, before it eval
 output folder, prints one JSON document::
 
     {"files": {"model.safetensors": 123456, ...},
-     "safetensors": {"model.safetensors": {"tensors": 290, "empty": [], "error": null}, ...}}
+     "safetensors": {"model.safetensors": {"tensors": 290, "empty": [], "error": null}, ...},
+     "names": ["checkpoint-40", "config.json", "global_step40", "latest", ...]}
+
+``names`` is every entry of the folder, so that a run which saved only DeepSpeed's ZeRO shards
+(``global_step*/``, ``latest``, ``zero_to_fp32.py``) can be told apart from one that saved nothing.
 
 The evaluate role decides from it (plugins/module_utils/jobspec.py: weights_problems) whether the
 weights can be evaluated. ``empty`` lists tensors of zero elements: a LoRA adapter saved under
@@ -28,7 +32,8 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".json")
 def read(output_dir):
     files = {}
     tensors = {}
-    for name in sorted(os.listdir(output_dir)):
+    names = sorted(os.listdir(output_dir))
+    for name in names:
         path = os.path.join(output_dir, name)
         if not (os.path.isfile(path) and name.endswith(WEIGHT_SUFFIXES)):
             continue
@@ -44,7 +49,7 @@ def read(output_dir):
             except Exception as error:  # a truncated or foreign file: safetensors' own words
                 entry["error"] = f"{type(error).__name__}: {error}"
             tensors[name] = entry
-    return {"files": files, "safetensors": tensors}
+    return {"files": files, "safetensors": tensors, "names": names}
 
 
 if __name__ == "__main__":

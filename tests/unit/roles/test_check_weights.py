@@ -43,6 +43,12 @@ def test_a_zero3_run_that_did_not_gather_leaves_no_model(tmp_path):
     (tmp_path / "latest").write_text("global_step40")
     (tmp_path / "zero_to_fp32.py").write_text("")
     (tmp_path / "config.json").write_text("{}")
+    report = read(tmp_path)
+    assert report["names"] == ["config.json", "global_step40", "latest", "zero_to_fp32.py"]
+    assert weights_problems("full", report) == ["no model*.safetensors (only DeepSpeed's ZeRO shards were saved)"]
+    (tmp_path / "global_step40").rmdir()
+    for name in ("latest", "zero_to_fp32.py"):
+        (tmp_path / name).unlink()
     assert weights_problems("full", read(tmp_path)) == ["no model*.safetensors"]
 
 

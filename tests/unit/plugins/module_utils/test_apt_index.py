@@ -90,6 +90,17 @@ def test_installed_candidate_and_exact_versions_are_known():
     assert unknown_packages(["python=3.0", "postgresql-9.5=9.6*"], policy) == ["python=3.0", "postgresql-9.5=9.6*"]
 
 
+def test_a_phased_version_is_read_as_a_version():
+    # apt 2.x on Ubuntu marks a version rolled out in phases: "249.11-0ubuntu3.3 1 (phased 0%)".
+    policy = policy_versions(read("jammy-libsystemd-dev-phased.txt"))["libsystemd-dev"]
+    assert policy["candidate"] == "249.11-0ubuntu3"
+    assert policy["versions"] == {
+        "249.11-0ubuntu3.3": ["http://azure.archive.ubuntu.com/ubuntu"],
+        "249.11-0ubuntu3": ["http://azure.archive.ubuntu.com/ubuntu"],
+    }
+    assert unknown_packages(["libsystemd-dev=249.11-0ubuntu3.3"], {"libsystemd-dev": policy}) == []
+
+
 def test_empty_lists_are_never_trusted_however_recent():
     # The image of issue 15: built a minute ago, its lists folder empty.
     assert refresh_reason(False, 60, 3600) == "the package lists are empty"

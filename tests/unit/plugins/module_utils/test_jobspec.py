@@ -327,7 +327,7 @@ SANDBOX_TRAIN_YAML = {
     "plot_loss": True,
     "report_to": "none",
     # Added after that run (the progress export's tokens/s); left out of the fingerprint.
-    "include_num_input_tokens_seen": True,
+    "include_num_input_tokens_seen": "non_padding",
     "per_device_train_batch_size": 4,
     "gradient_accumulation_steps": 1,
     "learning_rate": 0.002,
@@ -349,9 +349,9 @@ SANDBOX_TRAIN_YAML = {
     "ddp_backend": "gloo",
     "dataloader_num_workers": 0,
 }
-# The fingerprint that run's eval.json recorded for the job was 14cec2609bbd0aa6; with max_grad_norm
-# written out it is the one below (a finished job of an older version is re-run once after an upgrade).
-SANDBOX_FINGERPRINT = "510f9f7afdfd38ee"
+# The fingerprint that run's eval.json recorded for the job: max_grad_norm at the Trainer's default,
+# now written out, trains as before and leaves it unchanged (a finished job stays finished).
+SANDBOX_FINGERPRINT = "14cec2609bbd0aa6"
 
 
 def sandbox_job():
@@ -505,6 +505,13 @@ def test_fingerprint_is_stable_for_equal_input():
     assert jobspec.fingerprint({"a": 1, "b": [1, 2]}, None) == jobspec.fingerprint({"b": [1, 2], "a": 1}, None)
 
 
+def test_clipping_at_the_trainers_default_keeps_a_ddp_jobs_fingerprint_and_other_clipping_changes_it():
+    ddp = role_job(strategy="ddp")
+    default = job_files(ddp, node())["fingerprint"]
+    assert job_files({**ddp, "max_grad_norm": "1.0"}, node())["fingerprint"] == default
+    assert job_files({**ddp, "max_grad_norm": 0.5}, node())["fingerprint"] != default
+
+
 @pytest.mark.parametrize(
     ("setting", "value"),
     [
@@ -539,6 +546,7 @@ def test_fingerprint_is_stable_for_equal_input():
         ("deepspeed_offload_param", True),
         ("deepspeed_extra", {"steps_per_print": 50}),
         ("max_grad_norm", 0.5),
+        ("max_grad_norm", 0),
         ("deepspeed_gather_16bit_weights", False),
     ],
 )
@@ -624,8 +632,9 @@ def test_every_finetune_and_evaluate_filter_has_its_documentation():
 def test_counting_tokens_changes_the_train_yaml_but_not_the_fingerprint():
     counted = job_files(recorded_ddp_job(), sandbox_node())
     uncounted = job_files({**recorded_ddp_job(), "count_tokens": "false"}, sandbox_node())
-    assert counted["train"]["include_num_input_tokens_seen"] is True
-    assert uncounted["train"]["include_num_input_tokens_seen"] is False
+    # Real tokens, not the padding of each batch (transformers 5's "non_padding"; True means "all").
+    assert counted["train"]["include_num_input_tokens_seen"] == "non_padding"
+    assert uncounted["train"]["include_num_input_tokens_seen"] == "no"
     assert counted["fingerprint"] == uncounted["fingerprint"] == SANDBOX_FINGERPRINT
 
 
@@ -760,8 +769,13 @@ def test_the_base_evaluation_is_cached_per_model_dataset_and_split():
     job = role_job()
     base = jobspec.eval_args(job, node(base_eval_dir="/a"), base=True)
     key = jobspec.base_eval_key(base, "3f786850e387550fdab836ed7e6dc881de23001b")
-    # Where it writes, or which job asks, does not matter; the data, the split and the model do.
-    other_job = jobspec.eval_args(role_job(job_name="other", learning_rate=0.5), node(base_eval_dir="/b"), base=True)
+    # Where it writes, which job asks (its own copy of the data, its fine-tuning type) does not
+    # matter; the data's content, the split and the model do.
+    other_node = node(base_eval_dir="/b", dataset_dir="/var/lib/instinct-finetune/jobs/other/data")
+    other_job = jobspec.eval_args(
+        role_job(job_name="other", learning_rate=0.5, finetuning_type="full", strategy="ddp"), other_node, base=True
+    )
+    assert other_job["dataset_dir"] != base["dataset_dir"]
     assert jobspec.base_eval_key(other_job, "3f786850e387550fdab836ed7e6dc881de23001b") == key
     assert jobspec.base_eval_key(base, "0000000000000000000000000000000000000000") != key
     for change in ({"val_size": 0.2}, {"seed": 7}, {"extra_args": {"max_samples": 10}}, {"cutoff_len": 256}):

@@ -24,7 +24,9 @@ def apt(tmp_path, monkeypatch):
     policy.write_text(POLICY)
     (bin_dir / "apt-get").write_text(
         f"#!/bin/sh\necho \"apt-get $*\" >> '{log}'\n"
-        f"[ -f '{tmp_path / 'update-fails'}' ] && {{ echo 'E: The repository is not signed.' >&2; exit 100; }}\n"
+        f"[ -f '{tmp_path / 'update-fails'}' ] && {{ echo 'Err:2 http://repo.example/rocm jammy InRelease'; "
+        "echo 'W: GPG error: http://repo.example/rocm jammy InRelease: NO_PUBKEY 9386B48A1A693C5C' >&2; "
+        "echo 'E: The repository is not signed.' >&2; exit 100; }\n"
         f"touch '{updated}' '{lists}/archive.ubuntu.com_ubuntu_dists_jammy_main_binary-amd64_Packages.lz4'\n"
     )
     (bin_dir / "apt-cache").write_text(
@@ -80,11 +82,26 @@ def test_a_package_no_source_offers_fails_naming_it_and_the_runbook(apt):
     assert "docs/runbooks/apt-index.md" in result["msg"]
 
 
-def test_a_failing_update_fails_with_apts_error(apt):
+def test_a_failing_update_is_retried_then_fails_with_apts_error_and_its_cause(apt):
     (apt["root"] / "update-fails").write_text("")
-    rc, result = run_module("apt_index", f"{apt['args']} force=true")
+    rc, result = run_module("apt_index", f"{apt['args']} force=true update_attempts=2")
     assert rc != 0
-    assert result["msg"].startswith("apt-get update failed: E: The repository is not signed.")
+    assert result["msg"].startswith(
+        "apt-get update failed (2 attempts): E: The repository is not signed.; "
+        "W: GPG error: http://repo.example/rocm jammy InRelease: NO_PUBKEY 9386B48A1A693C5C; "
+        "Err:2 http://repo.example/rocm jammy InRelease."
+    )
+    assert [c.split()[1] for c in apt["calls"]()] == ["update", "update"]
+    assert not (apt["root"] / "stamp").exists()
+
+
+def test_a_successful_update_stamps_the_lists_age(apt):
+    rc, result = run_module("apt_index", apt["args"])
+    assert rc == 0 and result["refreshed"] is True
+    assert (apt["root"] / "stamp").exists()
+    # Now the lists are known to be fresh: nothing to do on the next call.
+    rc, result = run_module("apt_index", apt["args"])
+    assert (rc, result["refreshed"]) == (0, False)
 
 
 def test_check_mode_refreshes_too_and_changes_nothing(apt):
