@@ -77,6 +77,11 @@ DEEPSPEED_MATCHED_KEYS = {
 EVAL_KEYS = ("do_eval", "eval_strategy", "eval_steps", "load_best_model_at_end", "eval_dataset")
 
 
+def _warmup_fraction(job):
+    """finetune_warmup_ratio as transformers 5's warmup_steps: a fraction of the steps, below 1."""
+    return float(job.get("warmup_ratio", 0.1))
+
+
 def max_grad_norm(job):
     value = job.get("max_grad_norm")
     return DEFAULT_MAX_GRAD_NORM if value in (None, "") else float(value)
@@ -184,7 +189,8 @@ def train_args(job, node):
             "learning_rate": float(job["learning_rate"]),
             "num_train_epochs": float(job["num_train_epochs"]),
             "lr_scheduler_type": job.get("lr_scheduler_type", "cosine"),
-            "warmup_ratio": float(job.get("warmup_ratio", 0.1)),
+            # transformers 5 deprecates warmup_ratio; warmup_steps below 1 is the same fraction.
+            "warmup_steps": _warmup_fraction(job),
             "max_grad_norm": max_grad_norm(job),
             "bf16": bf16,
             # LLaMA-Factory's own switch: it enables checkpointing on the model itself, which also
@@ -487,6 +493,10 @@ def job_files(job, node):
     # not clip before) and with it the fingerprint.
     if trained.get("max_grad_norm") == DEFAULT_MAX_GRAD_NORM:
         del trained["max_grad_norm"]
+    # The same warm-up under the name it had before transformers 5 deprecated it: a finished job
+    # keeps its fingerprint.
+    if "warmup_steps" in trained:
+        trained["warmup_ratio"] = trained.pop("warmup_steps")
     return {
         "train": train,
         "deepspeed": ds_config,

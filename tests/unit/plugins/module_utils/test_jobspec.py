@@ -333,7 +333,9 @@ SANDBOX_TRAIN_YAML = {
     "learning_rate": 0.002,
     "num_train_epochs": 3.0,
     "lr_scheduler_type": "cosine",
-    "warmup_ratio": 0.05,
+    # warmup_ratio in that run; transformers 5 deprecates it for warmup_steps (a fraction below 1
+    # means the same), and the fingerprint below reads it under its old name.
+    "warmup_steps": 0.05,
     # Added after that run (issue 16): the clipping it already had as the Trainer's default, now
     # written out because ZeRO-3 needs the same number in ds_config.json.
     "max_grad_norm": 1.0,
@@ -812,5 +814,7 @@ def test_the_sandbox_job_trains_the_default_way():
     assert files["deepspeed"]["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
     assert files["deepspeed"]["zero_optimization"]["stage"] == 3
     assert files["train"]["ddp_backend"] == "gloo"
+    # transformers 5's name for the warm-up fraction (warmup_ratio is deprecated there).
+    assert files["train"]["warmup_steps"] == 0.05 and "warmup_ratio" not in files["train"]
     assert job_problems(sandbox_job(), "node1") == []
     assert device_problems(sandbox_job(), "cpu", 2, "node1") == []
