@@ -1,6 +1,8 @@
 """Verify the monitoring scenario on the node: the collector falls back from AMD's exporter, keeps its
 last good sample (marked stale) when no tool answers, and merges the ranks' progress files."""
 
+import time
+
 testinfra_hosts = ["ansible://instinct_nodes"]
 
 TEXTFILE = "/var/lib/prometheus/node-exporter/instinct_gpu.prom"
@@ -27,8 +29,15 @@ def test_the_collector_keeps_its_last_good_sample_marked_stale_when_no_tool_answ
         assert "instinct_gpu_collector_stale 1" in text
         assert 'instinct_gpu_temperature_celsius{gpu="7",sensor="junction"} 43' in text
         assert "instinct_gpu_count 8" in text
-        journal = host.check_output(f"journalctl -u instinct-gpu-collector.service --since @{since} --no-pager")
-        assert "no tool could read the GPUs (keeping the last good sample, marked stale)" in journal
+        # The service's own lines reach the journal through its stdout stream, a moment after
+        # systemd's; read again for a while rather than once.
+        wanted = "no tool could read the GPUs (keeping the last good sample, marked stale)"
+        for _ in range(20):
+            journal = host.check_output(f"journalctl -u instinct-gpu-collector.service --since @{since} --no-pager")
+            if wanted in journal:
+                break
+            time.sleep(1)
+        assert wanted in journal
         assert "amd-smi" in journal and "rocm-smi" in journal
     finally:
         host.run_expect([0], "echo mi300x-8gpu > /etc/instinct-sim/profile")
