@@ -349,13 +349,13 @@ def job_problems(job, host=""):  # noqa: PLR0912 - one branch per setting reads 
         )
     if job.get("finetuning_type") == "lora" and not _positive_int(job.get("lora_rank", 8)):
         bad("lora_rank", job.get("lora_rank"), "set a whole number of at least 1 (8, 16 or 64 are usual)")
-    problems += _combination_problems(job, val_size, bad)
+    _combination_problems(job, val_size, bad)
     return problems
 
 
 def _combination_problems(job, val_size, bad):
-    """Settings that are each valid but cannot work together: found before anything launches."""
-    problems = []
+    """Settings that are each valid but cannot work together, reported through ``bad`` before
+    anything launches."""
     extra = job.get("extra_args") or {}
     ds_extra = job.get("deepspeed_extra") or {}
     for setting, value in (
@@ -365,7 +365,7 @@ def _combination_problems(job, val_size, bad):
     ):
         if not isinstance(value, dict):
             bad(setting, value, "give a mapping of setting: value (LLaMA-Factory's or DeepSpeed's own names)")
-            return problems
+            return
     for key in sorted(set(extra) & set(OWNED_TRAIN_KEYS)):
         owner = OWNED_TRAIN_KEYS[key]
         bad(
@@ -415,7 +415,6 @@ def _combination_problems(job, val_size, bad):
             "FSDP checkpoints are written by rank 0 only, so without a shared output folder the other nodes "
             "could not resume; set finetune_shared_output: true on a shared file system, or use deepspeed_zero3",
         )
-    return problems
 
 
 def device_problems(job, device, world_size, host=""):
