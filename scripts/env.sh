@@ -14,9 +14,9 @@ if [[ -z ${INSTINCT_CA_CERTIFICATES+set} ]]; then
   INSTINCT_CA_CERTIFICATES=$(find /usr/local/share/ca-certificates -name '*.crt' -type f 2>/dev/null | sort | paste -sd, -)
 fi
 export INSTINCT_CA_CERTIFICATES
-# The molecule stack scenario builds its venv from a real CPython >= 3.11 of this machine (Ubuntu
-# 22.04's own python3.11 is a release candidate) and takes the CPU torch from pip's find-links
-# folder; both are mounted read-only into the test node.
+# The sandbox and the pytorch_source scenario build their venv from a real CPython >= 3.11 of this
+# machine (Ubuntu 22.04's own python3.11 is a release candidate) and take the CPU torch from pip's
+# find-links folder; both are mounted read-only into the test nodes.
 if [[ -z ${INSTINCT_SITE_PYTHON+set} ]]; then
   INSTINCT_SITE_PYTHON=$(python3 -c 'import sys; print(sys.base_prefix if sys.version_info[:2] == (3, 11) else "")')
 fi

@@ -53,6 +53,11 @@ class RunResult:
     plays: list = field(default_factory=list)
     failures: list = field(default_factory=list)
     debug: list = field(default_factory=list)
+    tasks: list = field(default_factory=list)
+
+    def ran(self, task):
+        """The hosts on which a task of this name ran (ok or failed, not skipped)."""
+        return sorted({t["host"] for t in self.tasks if t["task"] == task and t["status"] != "skipped"})
 
     @property
     def total_changed(self):
@@ -75,6 +80,15 @@ class RunResult:
         }
 
 
+# The events of a task's result on one host, and the status each stands for.
+TASK_EVENTS = {
+    "runner_on_ok": "ok",
+    "runner_on_failed": "failed",
+    "runner_on_skipped": "skipped",
+    "runner_on_unreachable": "unreachable",
+}
+
+
 class EventReader:
     """Collects what a run's events say: play boundaries, failures, stats and debug messages."""
 
@@ -83,10 +97,19 @@ class EventReader:
         self.failures = []
         self.stats = {}
         self.debug = []
+        self.tasks = []
 
     def __call__(self, event):
         kind = event.get("event")
         data = event.get("event_data") or {}
+        if kind in TASK_EVENTS:
+            self.tasks.append({
+                "host": data.get("host"),
+                "task": data.get("task"),
+                "role": data.get("role"),
+                "status": TASK_EVENTS[kind],
+                "seconds": float(data.get("duration") or 0),
+            })  # fmt: skip
         if kind == "playbook_on_play_start":
             self.play_starts.append((data.get("play", ""), time.monotonic()))
         elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
@@ -140,6 +163,7 @@ def run_playbook(playbook, extravars=None, cmdline="", quiet=False, envvars=None
         plays=reader.plays(end),
         failures=reader.failures,
         debug=reader.debug,
+        tasks=reader.tasks,
     )
 
 
@@ -170,7 +194,9 @@ def sandbox_env():
     return env
 
 
-def cluster_up():
+def cluster_up(fresh_apt=False):
+    """Start (or reuse) the nodes and make them simulated Instinct nodes. With fresh_apt, leave apt's
+    lists empty and new, as on a just-built image, so the run that follows must refresh them."""
     env = sandbox_env()
     require(run_playbook(RESOURCES / "sandbox" / "up.yml"))
     require(run_playbook(RESOURCES / "sim-node" / "repo-up.yml"))
@@ -181,6 +207,8 @@ def cluster_up():
         )
     )
     require(run_playbook(RESOURCES / "site-python" / "prepare.yml"))
+    if fresh_apt:
+        require(run_playbook(RESOURCES / "containers" / "fresh-apt.yml"))
     return env
 
 

@@ -7,7 +7,7 @@
 # Each stage prints its duration; the total is printed at the end. Any failure stops the run.
 # Run a subset with: scripts/test.sh lint unit
 #   (stages: venv lint syntax unit collection integration, or molecule and e2e one after the other)
-# Run chosen scenarios with: MOLECULE_SCENARIOS="default fabric" scripts/test.sh molecule
+# Run chosen scenarios with: MOLECULE_SCENARIOS="rocm diagnose" scripts/test.sh molecule
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
@@ -94,7 +94,7 @@ do_collection() {
 
 do_images() {
   if [[ -z $INSTINCT_SITE_PYTHON || ! -x $INSTINCT_SITE_PYTHON/bin/python3.11 ]]; then
-    echo "the stack scenarios need a CPython 3.11 prefix in INSTINCT_SITE_PYTHON (got '$INSTINCT_SITE_PYTHON')" >&2
+    echo "the sandbox and the source-build scenario need a CPython 3.11 prefix in INSTINCT_SITE_PYTHON (got '$INSTINCT_SITE_PYTHON')" >&2
     return 1
   fi
   bash scripts/ensure-docker.sh
@@ -119,33 +119,26 @@ do_molecule() {
 do_e2e() {
   # The sandbox cluster end to end, through ansible-runner (tests/e2e, scripts/sandbox.py).
   local rc=0
-  pytest -v -p no:cacheprovider tests/e2e || rc=$?
+  pytest -v -p no:cacheprovider --durations=15 tests/e2e || rc=$?
   [[ $rc -eq 0 ]] || { echo "end-to-end tests failed (pytest exit $rc)"; return "$rc"; }
 }
 
 do_integration() {
   # The sandbox cluster and the molecule scenarios share only the Docker engine (their networks,
-  # ports and container names differ), and both spend most of their time waiting on apt, pip and
+  # ports and container names differ), and both spend much of their time waiting on apt, pip and
   # training steps: they run side by side, each lane in a subshell that stops at its first failure.
   # The e2e lane logs to a file, printed when both lanes are done.
   local logs=$root/artifacts/test-logs
   mkdir -p "$logs"
   : >"$logs/molecule-stages.txt"
   : >"$logs/e2e-stage.txt"
-  # The longest scenario follows the e2e tests in their lane, so that both lanes take about as long.
-  local after_e2e=${INTEGRATION_AFTER_E2E-stack}
-  local rest
-  rest=$(all_scenarios | grep -vxF -f <(printf '%s\n' $after_e2e) || true)
   (
     start=$SECONDS
     do_e2e
     printf '%-28s %5ss\n' "e2e sandbox (parallel)" "$((SECONDS - start))" >"$logs/e2e-stage.txt"
-    if [[ -n $after_e2e ]]; then
-      STAGE_REPORT_FILE=$logs/e2e-stage.txt MOLECULE_SCENARIOS=$after_e2e do_molecule
-    fi
   ) >"$logs/e2e.log" 2>&1 &
   local e2e_pid=$!
-  (STAGE_REPORT_FILE=$logs/molecule-stages.txt MOLECULE_SCENARIOS=$rest do_molecule) &
+  (STAGE_REPORT_FILE=$logs/molecule-stages.txt do_molecule) &
   local molecule_pid=$!
   # A cancelled run takes both lanes down with it.
   trap 'kill "$e2e_pid" "$molecule_pid" 2>/dev/null' INT TERM
@@ -153,8 +146,7 @@ do_integration() {
   wait "$molecule_pid" || rc=$?
   wait "$e2e_pid" || e2e_rc=$?
   trap - INT TERM
-  printf '\n===== e2e sandbox, then molecule %s (ran alongside the other scenarios; %s) =====\n' \
-    "${after_e2e:-(none)}" "$logs/e2e.log"
+  printf '\n===== e2e sandbox (ran alongside the molecule scenarios; %s) =====\n' "$logs/e2e.log"
   cat "$logs/e2e.log"
   mapfile -t -O "${#report[@]}" report <"$logs/molecule-stages.txt"
   mapfile -t -O "${#report[@]}" report <"$logs/e2e-stage.txt"

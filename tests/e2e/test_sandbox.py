@@ -8,32 +8,18 @@ are judged from its events and from the nodes themselves.
 Needs Docker and the jammy-systemd image (scripts/test.sh e2e provides both); takes ~15 minutes.
 """
 
-import importlib.util
 import json
 import math
 import re
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from cluster import JOB, JOB_ROOT, NODES, node, node_python, sandbox, summary_lines
 
-ROOT = Path(__file__).resolve().parents[2]
-NODES = ["instinct-sandbox-node1", "instinct-sandbox-node2"]
-JOB = "sandbox-tiny"
 FAULT_JOB = "sandbox-fault"
 FULL_JOB = "sandbox-zero3-full"
 DDP_JOB = "sandbox-ddp"
-JOB_ROOT = "/var/lib/instinct-finetune/jobs"
-
-_spec = importlib.util.spec_from_file_location("sandbox", ROOT / "scripts" / "sandbox.py")
-sandbox = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sandbox)
-
-
-def node(host, *argv, check=True):
-    return subprocess.run(["docker", "exec", host, *argv], capture_output=True, text=True, check=check)
 
 
 def since_last_launch(text):
@@ -44,17 +30,6 @@ def since_last_launch(text):
 def complete_checkpoints(host, job):
     out = node(host, "sh", "-c", f"ls -d {JOB_ROOT}/{job}/output/checkpoint-*/trainer_state.json", check=False)
     return sorted(int(re.search(r"checkpoint-(\d+)/", line).group(1)) for line in out.stdout.split())
-
-
-def summary_lines(result):
-    """The summary table's lines: a list, or one string of lines where the callback renders YAML."""
-    msgs = [d["msg"] for d in result.debug if "Print one row per node" in (d["task"] or "")]
-    assert msgs, "no summary was printed"
-    return msgs[0].splitlines() if isinstance(msgs[0], str) else msgs[0]
-
-
-def node_python(host, code):
-    return node(host, "/opt/instinct/venv/bin/python", "-c", code)
 
 
 def run_job(name, settings):
@@ -78,18 +53,7 @@ def training_processes(host):
 
 
 @pytest.fixture(scope="module")
-def site():
-    sandbox.cluster_up()
-    result = sandbox.run_playbook(
-        "site.yml", cmdline=sandbox.site_cmdline(), extravars={"finetune_collect_dir": str(sandbox.collect_dir())}
-    )
-    sandbox.write_report("site", result)
-    sandbox.print_report(result)
-    return result
-
-
-@pytest.fixture(scope="module")
-def collected(site):
+def collected(converged):
     return sandbox.collect_dir() / JOB
 
 
@@ -111,7 +75,7 @@ def test_site_runs_every_stage_on_both_nodes(site):
         assert any(stage.lower() in play.lower() for play in plays), (stage, plays)
 
 
-def test_both_ranks_trained_with_zero3_offload_in_a_world_of_two_over_the_fabric_nic(site, collected):
+def test_both_ranks_trained_with_zero3_offload_in_a_world_of_two_over_the_fabric_nic(collected):
     for rank, host in enumerate(NODES):
         log = since_last_launch((collected / host / "train.log").read_text())
         assert f"Process rank: {rank}, world size: 2" in log
@@ -135,7 +99,7 @@ def test_both_ranks_trained_with_zero3_offload_in_a_world_of_two_over_the_fabric
     assert "NNODES=2" in launch and "NODE_RANK=1" in launch
 
 
-def test_every_rank_exported_its_progress_for_the_textfile_collector(site, collected):
+def test_every_rank_exported_its_progress_for_the_textfile_collector(collected):
     """Each rank's rank<N>.prom agrees with the master's trainer log: step 40 of 40, the last loss."""
     entries = [json.loads(line) for line in (collected / NODES[0] / "trainer_log.jsonl").read_text().splitlines()]
     last_loss = [e["loss"] for e in entries if e.get("loss") is not None][-1]
@@ -167,7 +131,7 @@ def prometheus(expr, want, timeout=90):
         time.sleep(3)
 
 
-def test_prometheus_shows_both_ranks_training_beside_both_nodes_gpus(site):
+def test_prometheus_shows_both_ranks_training_beside_both_nodes_gpus(converged):
     """One Prometheus (node1) holds the training of both ranks and the GPUs of both nodes."""
     steps = prometheus(f'instinct_finetune_step{{job="instinct_nodes",finetune_job="{JOB}"}} == 40', want=2)
     assert sorted((s["metric"]["instance"], s["metric"]["rank"]) for s in steps) == [(NODES[0], "0"), (NODES[1], "1")]
@@ -182,7 +146,7 @@ def test_prometheus_shows_both_ranks_training_beside_both_nodes_gpus(site):
     assert sorted(s["metric"]["instance"] for s in gpus) == NODES
     junction = prometheus('instinct_gpu_temperature_celsius{job="instinct_nodes",sensor="junction"}', want=16)
     assert len(junction) == 16
-    summary = summary_lines(site)
+    summary = summary_lines(converged)
     assert all(any(line.startswith(host) and "rocm-smi 8/8" in line for line in summary) for host in NODES)
 
 
@@ -201,7 +165,7 @@ def test_loss_decreases_and_the_plot_is_collected(collected):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
 
 
-def test_the_adapter_and_a_perplexity_below_the_base_models_are_collected(site, collected):
+def test_the_adapter_and_a_perplexity_below_the_base_models_are_collected(converged, collected):
     result = json.loads((collected / NODES[0] / "eval.json").read_text())
     assert math.isfinite(result["perplexity"]) and result["perplexity"] > 1
     assert result["perplexity"] == pytest.approx(math.exp(result["eval_loss"]))
@@ -227,7 +191,7 @@ def test_the_adapter_and_a_perplexity_below_the_base_models_are_collected(site, 
     assert sizes and min(sizes) > 0, sizes
     shards = node(NODES[1], "sh", "-c", f"ls {JOB_ROOT}/{JOB}/output/checkpoint-40/global_step40/", check=False)
     assert "optim_states.pt" in shards.stdout, shards.stdout
-    summary = summary_lines(site)
+    summary = summary_lines(converged)
     header = summary[0]
     for title in ("strategy", "perplexity", "base ppl", "vs base"):
         assert title in header
@@ -237,10 +201,15 @@ def test_the_adapter_and_a_perplexity_below_the_base_models_are_collected(site, 
     assert len([line for line in summary if line.startswith("instinct-sandbox-node")]) == 2
 
 
-def test_rerunning_a_finished_job_changes_nothing(site):
+def test_rerunning_site_yml_on_the_converged_cluster_changes_nothing(converged):
+    """Every stage is idempotent on real state: preflight and its trust store, the ROCm packages, the
+    venv, torch, DeepSpeed's wheel and LLaMA-Factory, the fabric's env file, monitoring, and the
+    finished job (which is neither relaunched nor re-evaluated)."""
     again = sandbox.run_playbook(
-        "evaluate.yml", cmdline=sandbox.site_cmdline(), extravars={"finetune_collect_dir": str(sandbox.collect_dir())}
+        "site.yml", cmdline=sandbox.site_cmdline(), extravars={"finetune_collect_dir": str(sandbox.collect_dir())}
     )
+    sandbox.write_report("site-again", again)
+    sandbox.print_report(again)
     assert again.rc == 0, again.failures
     # Ansible's stats list only hosts with a change.
     assert sorted(again.ok) == NODES
@@ -248,11 +217,12 @@ def test_rerunning_a_finished_job_changes_nothing(site):
     assert any("skip (finished on every node)" in str(d["msg"]) for d in again.debug)
 
 
-def test_a_killed_rank_of_a_zero3_job_stops_the_job_and_the_rerun_resumes(site):
+def test_a_killed_rank_of_a_zero3_job_stops_the_job_and_the_rerun_resumes(converged):
     for host in NODES:  # a cluster kept from an earlier run may hold this job already
         node(host, "systemctl", "stop", f"instinct-finetune-{FAULT_JOB}.service", check=False)
         node(host, "rm", "-rf", f"{JOB_ROOT}/{FAULT_JOB}", f"/var/log/instinct-finetune/{FAULT_JOB}")
-    fault = f"-e finetune_job_name={FAULT_JOB} -e finetune_max_steps=150 -e finetune_save_steps=25"
+    # Killed after its first checkpoint (step 20), with 40 steps (about 30 s here) still to go.
+    fault = f"-e finetune_job_name={FAULT_JOB} -e finetune_max_steps=60 -e finetune_save_steps=20"
     outcome = {}
 
     def run():
@@ -299,7 +269,7 @@ def test_a_killed_rank_of_a_zero3_job_stops_the_job_and_the_rerun_resumes(site):
     assert marker and restored, log[:3000]
     assert int(marker.group(1)) == int(restored.group(1)) >= max(saved[NODES[0]])
     state = json.loads(node(NODES[0], "cat", f"{JOB_ROOT}/{FAULT_JOB}/output/trainer_state.json").stdout)
-    assert state["global_step"] == 150
+    assert state["global_step"] == 60
     # A ZeRO-3 job: each node resumed its own optimizer partition from its node-local checkpoint.
     assert node(NODES[1], "sh", "-c", f"ls {JOB_ROOT}/{FAULT_JOB}/output/checkpoint-*/global_step*/*optim_states.pt",
                 check=False).returncode == 0  # fmt: skip
@@ -308,7 +278,7 @@ def test_a_killed_rank_of_a_zero3_job_stops_the_job_and_the_rerun_resumes(site):
     assert evaluated["perplexity"] < evaluated["base_perplexity"]
 
 
-def test_zero3_full_fine_tuning_saves_weights_that_load_and_beat_the_base_model(site):
+def test_zero3_full_fine_tuning_saves_weights_that_load_and_beat_the_base_model(converged):
     result = run_job(
         FULL_JOB, {"finetune_finetuning_type": "full", "finetune_learning_rate": "2.0e-3", "finetune_max_steps": 20}
     )
@@ -330,7 +300,7 @@ def test_zero3_full_fine_tuning_saves_weights_that_load_and_beat_the_base_model(
     assert evaluated["base_eval_loss"] == main["base_eval_loss"]
 
 
-def test_plain_ddp_still_trains_and_evaluates(site):
+def test_plain_ddp_still_trains_and_evaluates(converged):
     result = run_job(DDP_JOB, {"finetune_strategy": "ddp", "finetune_finetuning_type": "full",
                                "finetune_learning_rate": "2.0e-3", "finetune_max_steps": 20})  # fmt: skip
     assert result.rc == 0, result.failures

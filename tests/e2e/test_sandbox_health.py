@@ -1,5 +1,5 @@
-"""End to end on the sandbox cluster: playbooks/health.yml after site.yml (tests/e2e/test_sandbox.py
-runs first, by name; or `make sandbox` before running this file alone).
+"""End to end on the sandbox cluster: playbooks/health.yml after site.yml (the session's
+site fixture, tests/e2e/conftest.py, converges the cluster first).
 
 What it proves there: the fabric role's all-reduce runs again between both nodes over the fabric
 NIC (Gloo, the nodes are CPU-only), the burn-in script runs in the training venv as its owner and
@@ -10,26 +10,16 @@ tolerance is wide (flag under 10 % of the median), which checks the path, not th
 a slow GPU is covered by tests/unit/plugins/module_utils/test_health.py.
 """
 
-import importlib.util
 import json
-import os
 import re
-import subprocess
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-NODES = ["instinct-sandbox-node1", "instinct-sandbox-node2"]
-FABRIC_PREFIX = "172.29.20."
-
-_spec = importlib.util.spec_from_file_location("sandbox", ROOT / "scripts" / "sandbox.py")
-sandbox = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sandbox)
+from cluster import FABRIC_PREFIX, NODES, sandbox
+from cluster import node as run_in
 
 
 def node(host, *argv):
-    return subprocess.run(["docker", "exec", host, *argv], capture_output=True, text=True, check=True).stdout
+    return run_in(host, *argv).stdout
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +28,7 @@ def report_dir():
 
 
 @pytest.fixture(scope="module")
-def health(report_dir):
-    if "SIM_VARS_FILE" not in os.environ:  # test_sandbox.py has not brought the cluster up in this run
-        sandbox.cluster_up()
+def health(converged, report_dir):
     for name in ("health.json", "health.md"):
         (report_dir / name).unlink(missing_ok=True)
     result = sandbox.run_playbook(

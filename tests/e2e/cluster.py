@@ -1,0 +1,48 @@
+"""What every e2e test module shares: the sandbox driver (scripts/sandbox.py), the node names, and
+commands run inside a node."""
+
+import importlib.util
+import json
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+NODES = ["instinct-sandbox-node1", "instinct-sandbox-node2"]
+JOB = "sandbox-tiny"
+JOB_ROOT = "/var/lib/instinct-finetune/jobs"
+VENV = "/opt/instinct/venv"
+FABRIC_PREFIX = "172.29.20."
+
+_spec = importlib.util.spec_from_file_location("sandbox", ROOT / "scripts" / "sandbox.py")
+sandbox = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sandbox)
+
+
+def node(host, *argv, check=True):
+    """Run argv inside a node container (as root)."""
+    return subprocess.run(["docker", "exec", host, *argv], capture_output=True, text=True, check=check)
+
+
+def as_trainer(host, *argv, check=False):
+    """Run argv inside a node as the training account, the way the units run."""
+    return node(host, "sudo", "-H", "-u", "instinct", *argv, check=check)
+
+
+def node_python(host, code):
+    return node(host, f"{VENV}/bin/python", "-c", code)
+
+
+def debug_messages(result, task):
+    """The messages of a debug task, by host."""
+    return {d["host"]: d["msg"] for d in result.debug if task in (d["task"] or "")}
+
+
+def summary_lines(result):
+    """The summary table's lines: a list, or one string of lines where the callback renders YAML."""
+    msgs = [d["msg"] for d in result.debug if "Print one row per node" in (d["task"] or "")]
+    assert msgs, "no summary was printed"
+    return msgs[0].splitlines() if isinstance(msgs[0], str) else msgs[0]
+
+
+def ip_json(host, *argv):
+    return json.loads(node(host, "ip", "-j", *argv).stdout)

@@ -1,0 +1,105 @@
+"""The fabric stage on the sandbox's two networks: a management network that carries the default
+route and a fabric network chosen by fabric_cidr. The interface, the env file every launch reads,
+the all-reduce between both nodes over that interface, and a wrong interface refused on its host
+before anything is launched. (This was molecule's fabric scenario; the sandbox runs the same role
+on nodes already converged.)"""
+
+import ipaddress
+import re
+
+import pytest
+from cluster import NODES, ROOT, debug_messages, ip_json, node, sandbox
+
+FABRIC = ipaddress.ip_network("172.29.20.0/24")
+
+
+def env_file(host):
+    content = node(host, "cat", "/etc/instinct-finetune/rccl.env").stdout
+    return dict(line.split("=", 1) for line in content.splitlines() if line and line[0] != "#")
+
+
+def figures(converged):
+    """Each node's all-reduce line as the fabric role shows it: rank, world, backend, NIC."""
+    shown = debug_messages(converged, "Show the all-reduce figures")
+    assert sorted(shown) == NODES, converged.debug
+    parsed = {}
+    for host, (line, results) in shown.items():
+        match = re.search(r"rank (\d+) of (\d+), (\w+) over (\S+): latency (\S+) us", line)
+        assert match, line
+        rank, world, backend, ifname, latency = match.groups()
+        parsed[host] = {"rank": int(rank), "world": int(world), "backend": backend, "ifname": ifname,
+                        "latency_us": float(latency), "results": results}  # fmt: skip
+    return parsed
+
+
+def test_the_fabric_nic_is_chosen_by_cidr_and_it_is_not_the_default_route(converged):
+    for host, shown in figures(converged).items():
+        nic = shown["ifname"]
+        (link,) = ip_json(host, "addr", "show", "dev", nic)
+        addresses = [a["local"] for a in link["addr_info"] if a["family"] == "inet"]
+        assert any(ipaddress.ip_address(a) in FABRIC for a in addresses), (host, nic, addresses)
+        default = ip_json(host, "route", "show", "default")
+        assert default and all(route["dev"] != nic for route in default), (host, default)
+
+
+def test_the_env_file_holds_the_fabric_nic_and_the_master_on_it(converged):
+    nics = {host: shown["ifname"] for host, shown in figures(converged).items()}
+    for host in NODES:
+        mode = node(host, "stat", "-c", "%a %U", "/etc/instinct-finetune/rccl.env").stdout.split()
+        assert mode == ["644", "root"]
+        env = env_file(host)
+        assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == nics[host]
+        assert env["HSA_FORCE_FINE_GRAIN_PCIE"] == "1"
+        assert env["PYTORCH_HIP_ALLOC_CONF"] == env["PYTORCH_ALLOC_CONF"] == "max_split_size_mb:512"
+        assert ipaddress.ip_address(env["MASTER_ADDR"]) in FABRIC
+        assert env["MASTER_PORT"] == "29500"
+        assert "NCCL_IB_HCA" not in env  # no RDMA devices in a container
+        # Login shells read it too (an operator's torchrun by hand).
+        out = node(host, "bash", "-lc", "echo $NCCL_SOCKET_IFNAME").stdout.strip()
+        assert out == nics[host]
+    masters = {env_file(host)["MASTER_ADDR"] for host in NODES}
+    (link,) = ip_json(NODES[0], "addr", "show", "dev", nics[NODES[0]])
+    assert masters == {a["local"] for a in link["addr_info"] if a["family"] == "inet"}
+
+
+def test_the_all_reduce_ran_master_first_across_both_nodes_over_the_fabric_nic(converged):
+    shown = figures(converged)
+    assert [shown[host]["rank"] for host in NODES] == [0, 1]
+    for host in NODES:
+        assert shown[host]["world"] == 2 and shown[host]["backend"] == "gloo"
+        assert shown[host]["latency_us"] > 0
+        results = shown[host]["results"]
+        assert [r["size_mb"] for r in results] == [1, 8, 32]
+        assert all(r["busbw_gbps"] > 0 and r["time_ms"] > 0 for r in results)
+
+
+def test_site_yml_ran_on_apt_lists_that_were_empty_and_new(converged):
+    # The session emptied /var/lib/apt/lists just before site.yml (fresh_apt): a check by age
+    # would have trusted them.
+    for host in NODES:
+        emptied_at = int(node(host, "cat", "/var/lib/instinct-test/apt-emptied-at").stdout)
+        found = node(host, "find", "/var/lib/apt/lists", "-maxdepth", "1", "-name", "*_Packages*", "-printf", "%C@\\n")
+        times = [float(t) for t in found.stdout.split()]
+        assert times, f"{host}: apt's lists hold no Packages index after site.yml"
+        # ctime, not mtime: apt gives an index the server's Last-Modified time.
+        assert min(times) >= emptied_at - 1, f"{host}: the lists were not refreshed after they were emptied"
+
+
+@pytest.fixture(scope="module")
+def bad_interface(converged):
+    return sandbox.run_playbook(
+        ROOT / "tests" / "e2e" / "playbooks" / "bad-interface.yml", cmdline=sandbox.site_cmdline(), quiet=True
+    )
+
+
+def test_a_wrong_interface_fails_on_its_node_before_anything_is_launched(bad_interface):
+    assert bad_interface.rc != 0
+    assert bad_interface.failed_hosts() == [NODES[1]]
+    (failure,) = [f for f in bad_interface.failures if f["host"] == NODES[1]]
+    assert "eth9" in failure["msg"] and "docs/runbooks/fabric-iface.md" in failure["msg"], failure
+    # node1 stopped with it (any_errors_fatal), and neither node changed anything.
+    assert bad_interface.changed == {}
+    # Nothing was launched, not even the reachability listener.
+    assert bad_interface.ran("Choose the other nodes' fabric interfaces") == [NODES[1]]
+    assert bad_interface.ran("Listen on the master's port for every other node") == []
+    assert bad_interface.ran("Start one all-reduce process per node over the fabric interface") == []

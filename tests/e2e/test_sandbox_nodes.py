@@ -1,0 +1,147 @@
+"""What the provisioning stages left on each sandbox node, read from the node itself: the trust
+store and pip's settings (preflight), the venv as the training account's (instinct_python), the
+CPU torch byte for byte from the local wheel folder and its companions (pytorch), DeepSpeed's wheel
+built once with its CPU ops (deepspeed), LLaMA-Factory on its tested dependency set without
+disturbing torch (llama_factory). These were molecule's smoke and stack scenarios: the sandbox runs
+the same roles on the same image, so they are read here instead of being installed a second time.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from cluster import NODES, VENV, as_trainer, node
+
+PY = f"{VENV}/bin/python"
+WHEEL_DIR = "/srv/wheels"  # the stand-in for PyTorch's CPU index (scripts/sandbox.py), read-only
+CA_FILES = [Path(f) for f in os.environ.get("INSTINCT_CA_CERTIFICATES", "").split(",") if f]
+
+
+@pytest.fixture(scope="module", params=NODES)
+def host(request, converged):
+    return request.param
+
+
+def text(host, path):
+    return node(host, "cat", path).stdout
+
+
+def test_extra_cas_are_in_the_trust_store(host):
+    installed = node(host, "ls", "/usr/local/share/ca-certificates/").stdout.split()
+    assert sorted(installed) == sorted(f"instinct-{ca.stem}.crt" for ca in CA_FILES)
+    bundle = "".join(text(host, "/etc/ssl/certs/ca-certificates.crt").splitlines())
+    for ca in CA_FILES:
+        copy = f"/usr/local/share/ca-certificates/instinct-{ca.stem}.crt"
+        assert node(host, "stat", "-c", "%a", copy).stdout.strip() == "644"
+        assert text(host, copy).strip() == ca.read_text().strip()
+        # update-ca-certificates ran: the certificate body is in the rebuilt bundle.
+        assert "".join(ca.read_text().strip().splitlines()[1:-1]) in bundle
+
+
+def test_pip_trusts_the_system_bundle_only_when_cas_were_added(host):
+    found = node(host, "cat", "/etc/pip.conf", check=False)
+    if CA_FILES:
+        assert "cert = /etc/ssl/certs/ca-certificates.crt" in found.stdout
+    else:
+        assert found.returncode != 0
+    conf = node(host, "stat", "-c", "%a %U", f"{VENV}/pip.conf").stdout.split()
+    assert conf == ["644", "root"]
+    assert "cert = /etc/ssl/certs/ca-certificates.crt" in text(host, f"{VENV}/pip.conf")
+
+
+def test_tls_to_pypi_works_through_the_trust_store(host):
+    # Python's ssl module uses the system store: this fails when a re-signing proxy's CA is missing.
+    out = node(
+        host,
+        "python3",
+        "-c",
+        "import urllib.request; print(urllib.request.urlopen('https://pypi.org/simple/pip/', timeout=60).status)",
+        check=False,
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "200", out.stderr
+
+
+def test_the_venv_belongs_to_the_training_account_and_runs_python_311(host):
+    owners = node(host, "stat", "-c", "%U:%G", VENV, f"{VENV}/lib/python3.11/site-packages").stdout.split()
+    assert owners == ["instinct:instinct", "instinct:instinct"]
+    assert "home = /opt/site-python/3.11/bin" in text(host, f"{VENV}/pyvenv.cfg")
+    out = as_trainer(host, PY, "-c", "import sys; print(sys.version_info[:2])")
+    assert out.returncode == 0 and out.stdout.strip() == "(3, 11)"
+
+
+def test_torch_is_the_cpu_wheel_from_the_wheel_folder_and_survived_llama_factory(host):
+    out = as_trainer(
+        host,
+        PY,
+        "-c",
+        "import importlib.metadata as m, json, torch; "
+        "print(json.dumps([m.version('torch'), torch.__file__, torch.version.hip, torch.cuda.device_count()]))",
+    )
+    assert out.returncode == 0, out.stderr
+    version, path, hip, devices = json.loads(out.stdout.splitlines()[-1])
+    assert (version, hip, devices) == ("2.13.0+cpu", None, 0)
+    assert path == f"{VENV}/lib/python3.11/site-packages/torch/__init__.py"
+    assert "torch==2.13.0+cpu" in text(host, f"{VENV}/constraints-torch.txt")
+    # Byte for byte the library inside the wheel of the folder, so it did not come from an index.
+    (wheel,) = node(host, "sh", "-c", f"ls {WHEEL_DIR}/torch-2.13.0+cpu-cp311-*.whl").stdout.split()
+    member = "torch/lib/libtorch_python.so"
+    installed = node(host, "sha256sum", f"{VENV}/lib/python3.11/site-packages/{member}").stdout.split()[0]
+    inside = node(
+        host,
+        "python3",
+        "-c",
+        "import hashlib, sys, zipfile; "
+        "print(hashlib.sha256(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2])).hexdigest())",
+        wheel,
+        member,
+    ).stdout.strip()
+    assert installed == inside
+
+
+def test_a_companion_the_index_lacks_is_left_out_and_the_other_is_installed(host):
+    # The inventory asks for torchvision 0.28.0 and torchaudio 2.11.1; the stand-in index holds only
+    # torchaudio. A mismatched torchvision from PyPI would pull another torch.
+    assert as_trainer(host, PY, "-m", "pip", "show", "torchvision").returncode != 0, "torchvision was installed"
+    shown = as_trainer(host, PY, "-m", "pip", "show", "torchaudio")
+    assert shown.returncode == 0 and "Version: 2.11.1+cpu" in shown.stdout
+    out = as_trainer(host, PY, "-c", "import transformers, peft, trl, torchaudio")
+    assert out.returncode == 0, out.stderr
+
+
+def test_llama_factory_answers_with_the_pinned_version_on_its_tested_dependencies(host):
+    out = as_trainer(host, f"{VENV}/bin/llamafactory-cli", "version")
+    assert out.returncode == 0 and "version 0.9.5" in out.stdout, out.stderr
+    lock = text(host, f"{VENV}/constraints-llamafactory.txt")
+    pinned = dict(line.split("==") for line in lock.splitlines() if "==" in line and not line.startswith("#"))
+    listed = as_trainer(host, PY, "-m", "pip", "list", "--format", "json").stdout
+    installed = {p["name"].lower(): p["version"] for p in json.loads(listed)}
+    for name in ("transformers", "peft", "trl", "datasets", "accelerate", "gradio"):
+        assert installed[name] == pinned[name], name
+
+
+def test_deepspeed_was_built_once_with_its_cpu_ops_and_they_load(host):
+    (folder,) = node(host, "sh", "-c", "ls -d /opt/instinct/wheels/deepspeed/0.16.9/cpu-ops*").stdout.split()
+    key = folder.rsplit("/", 1)[1]
+    assert node(host, "stat", "-c", "%U", folder).stdout.strip() == "instinct"
+    wheels = node(host, "sh", "-c", f"ls {folder}/*.whl").stdout.split()
+    assert len(wheels) == 1 and "deepspeed-0.16.9-" in wheels[0]
+    log = text(host, f"/var/log/instinct-finetune/build-deepspeed-0.16.9-{key}.log")
+    assert "DS_BUILD_CPU_ADAM=1" in log and "DS_BUILD_SHM_COMM=1" in log
+    # shm_comm: DeepSpeed's CPU communication op, loaded by every rank at start-up (no JIT compile).
+    out = as_trainer(
+        host,
+        PY,
+        "-c",
+        "import json; from deepspeed.git_version_info import installed_ops; "
+        "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load(); "
+        "print(json.dumps(installed_ops))",
+    )
+    assert out.returncode == 0, out.stderr
+    ops = json.loads(out.stdout.splitlines()[-1])
+    assert ops["cpu_adam"] and ops["deepspeed_shm_comm"], ops
+
+
+def test_nothing_under_opt_instinct_is_world_writable(host):
+    out = node(host, "find", "/opt/instinct", "-xdev", "-perm", "-o+w", "!", "-type", "l")
+    assert out.stdout.strip() == ""
