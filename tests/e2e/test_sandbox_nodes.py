@@ -120,14 +120,27 @@ def test_llama_factory_answers_with_the_pinned_version_on_its_tested_dependencie
         assert installed[name] == pinned[name], name
 
 
-def test_deepspeed_was_built_once_with_its_cpu_ops_and_they_load(host):
-    (folder,) = node(host, "sh", "-c", "ls -d /opt/instinct/wheels/deepspeed/0.16.9/cpu-ops*").stdout.split()
-    key = folder.rsplit("/", 1)[1]
-    assert node(host, "stat", "-c", "%U", folder).stdout.strip() == "instinct"
-    wheels = node(host, "sh", "-c", f"ls {folder}/*.whl").stdout.split()
-    assert len(wheels) == 1 and "deepspeed-0.16.9-" in wheels[0]
-    log = text(host, f"/var/log/instinct-finetune/build-deepspeed-0.16.9-{key}.log")
+def test_deepspeed_was_built_once_for_both_nodes_with_its_cpu_ops(converged):
+    """One node built the wheel (its log names the ops); the other got the same file."""
+    folders, sums, logs = {}, {}, {}
+    for host in NODES:
+        (folder,) = node(host, "sh", "-c", "ls -d /opt/instinct/wheels/deepspeed/0.16.9/cpu-ops*").stdout.split()
+        folders[host] = folder
+        assert node(host, "stat", "-c", "%U", folder).stdout.strip() == "instinct"
+        wheels = node(host, "sh", "-c", f"ls {folder}/*.whl").stdout.split()
+        assert len(wheels) == 1 and "deepspeed-0.16.9-" in wheels[0]
+        sums[host] = node(host, "sha256sum", wheels[0]).stdout.split()[0]
+        key = folder.rsplit("/", 1)[1]
+        found = node(host, "cat", f"/var/log/instinct-finetune/build-deepspeed-0.16.9-{key}.log", check=False)
+        if found.returncode == 0:
+            logs[host] = found.stdout
+    assert len(set(folders.values())) == 1 and len(set(sums.values())) == 1, (folders, sums)
+    assert len(logs) == 1, sorted(logs)  # built once, on one node
+    (log,) = logs.values()
     assert "DS_BUILD_CPU_ADAM=1" in log and "DS_BUILD_SHM_COMM=1" in log
+
+
+def test_deepspeeds_cpu_ops_load_without_a_compile(host):
     # shm_comm: DeepSpeed's CPU communication op, loaded by every rank at start-up (no JIT compile).
     out = as_trainer(
         host,
