@@ -182,3 +182,91 @@ def progress_line(prog):
     if prog.get("remaining_time"):
         parts.append(f"left {prog['remaining_time']}")
     return ", ".join(parts)
+
+
+# --- Watching a running job (issue 17) ----------------------------------------------------------
+
+# One sample line of a rank's progress file, rank<N>.prom (written by the launcher's progress export).
+_SAMPLE = re.compile(r"^(instinct_finetune_\w+)(?:\{[^}]*\})?\s+(\S+)\s*$")
+
+
+def parse_rank_progress(text):
+    """A rank's ``rank<N>.prom`` as {metric name: value}; comments and malformed lines are skipped."""
+    samples = {}
+    for line in (text or "").splitlines():
+        match = _SAMPLE.match(line.strip())
+        if not match:
+            continue
+        try:
+            samples[match.group(1)] = float(match.group(2))
+        except ValueError:
+            continue
+    return samples
+
+
+def idle_seconds(now, ranks_progress, active_since):
+    """Seconds since any rank of this node last took an optimizer step, on the node's own clock.
+
+    ``ranks_progress`` holds each local rank's parsed progress file; before a rank wrote one (model
+    loading, dataset preprocessing) the unit's start counts. None when neither is known.
+    """
+    marks = [p["instinct_finetune_last_step_timestamp_seconds"] for p in ranks_progress
+             if p.get("instinct_finetune_last_step_timestamp_seconds")]  # fmt: skip
+    if active_since:
+        marks.append(active_since)
+    if not marks:
+        return None
+    return max(0.0, now - max(marks))
+
+
+def process_state(stat_text):
+    """The state letter of ``/proc/<pid>/stat`` (R, S, D, T, t, Z, ...), or None."""
+    # The command name is in parentheses and may itself hold spaces or parentheses.
+    _command, sep, tail = (stat_text or "").rpartition(")")
+    fields = tail.split()
+    return fields[0] if sep and fields else None
+
+
+def watch_round(board, ranks, stall_seconds=0):
+    """One watch round over what every node last reported (``board``: host -> its report).
+
+    A report holds the node's ``state``, ``progress``, ``exit``, ``idle_seconds`` (since its ranks'
+    last step) and ``frozen`` (its training processes stopped by a signal). A node without a report
+    yet counts as ``starting``. The job is stalled when every rank runs and none took a step for
+    ``stall_seconds`` (0: never); the suspects are the nodes with a frozen process, else those idle
+    longest. Returns the ranks that failed (the first to end first), those running, the stall,
+    whether the job is over, and one progress line per node.
+    """
+    reports = {host: board.get(host) or {"state": "starting"} for host in ranks}
+    summary = round_summary(reports, ranks)
+    stall = None
+    idles = [reports[host].get("idle_seconds") for host in ranks]
+    if (stall_seconds and ranks and len(summary["running"]) == len(ranks)
+            and all(idle is not None for idle in idles) and min(idles) >= stall_seconds):  # fmt: skip
+        frozen = [host for host in ranks if reports[host].get("frozen")]
+        longest = max(idles)
+        suspects = frozen or [host for host in ranks if reports[host]["idle_seconds"] == longest]
+        steps = [(reports[host].get("progress") or {}).get("current_steps") or 0 for host in ranks]
+        stall = {
+            "idle_seconds": min(idles),
+            "step": max(steps),
+            "suspects": suspects,
+            "frozen": {host: reports[host]["frozen"] for host in frozen},
+        }
+    summary["stall"] = stall
+    return summary
+
+
+def stall_message(stall, job, stall_seconds, now_text=""):
+    """What the play says when it stopped a stalled job."""
+    frozen = "; ".join(
+        f"{host}: process {', '.join(pids)} stopped by a signal" for host, pids in stall["frozen"].items()
+    )
+    minutes = stall["idle_seconds"] / 60
+    return (
+        f"job {job} stalled: every rank runs but none took a step for {minutes:.1f} minutes "
+        f"(finetune_stall_minutes {stall_seconds / 60:g}); the last step was {stall['step']}"
+        f"{' at ' + now_text if now_text else ''}. Suspect: {', '.join(stall['suspects'])}"
+        f"{' (' + frozen + ')' if frozen else ''}. Every rank was stopped; its checkpoints stay, and running "
+        "the playbook again resumes from the last one."
+    )
