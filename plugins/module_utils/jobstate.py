@@ -270,3 +270,17 @@ def stall_message(stall, job, stall_seconds, now_text=""):
         f"{' (' + frozen + ')' if frozen else ''}. Every rank was stopped; its checkpoints stay, and running "
         "the playbook again resumes from the last one."
     )
+
+
+# States in which systemd still holds a job unit's processes.
+_LIVE = ("active", "activating", "deactivating", "reloading")
+
+
+def running_job_names(units):
+    """The jobs whose unit (``instinct-finetune-JOB.service`` -> state) still runs, by name."""
+    prefix, suffix = "instinct-finetune-", ".service"
+    return sorted(
+        unit[len(prefix) : -len(suffix)]
+        for unit, state in units.items()
+        if unit.startswith(prefix) and unit.endswith(suffix) and state in _LIVE
+    )

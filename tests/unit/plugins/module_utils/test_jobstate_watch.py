@@ -12,6 +12,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils.jobstate import 
     idle_seconds,
     parse_rank_progress,
     process_state,
+    running_job_names,
     stall_message,
     watch_round,
 )
@@ -122,3 +123,15 @@ def test_the_stall_message_names_the_stall_the_last_step_its_time_and_the_suspec
     assert "(finetune_stall_minutes 30)" in message
     assert "the last step was 12 at 2026-12-03 17:41:05 UTC" in message
     assert "Suspect: node2 (node2: process 4711 stopped by a signal)" in message
+
+
+def test_running_job_names_keep_the_units_systemd_still_holds():
+    units = {
+        "instinct-finetune-sft-7b.service": "active",
+        "instinct-finetune-old.service": "inactive",
+        "instinct-finetune-dying.service": "deactivating",
+        "instinct-finetune-broken.service": "failed",
+        "instinct-gpu-collector.service": "active",
+    }
+    assert running_job_names(units) == ["dying", "sft-7b"]
+    assert running_job_names({}) == []
