@@ -87,6 +87,40 @@ def checkpoints(entries):
     return sorted(found, key=lambda c: c["step"])
 
 
+def launch_record(fingerprint, world_size=None, dataset_sha1=""):
+    """What the fingerprint file of a launch says: the settings' fingerprint, then what else makes its
+    checkpoints loadable, as ``key=value`` words (``ab12... world_size=16 dataset_sha1=9f...``)."""
+    words = [fingerprint]
+    if world_size:
+        words.append(f"world_size={int(world_size)}")
+    if dataset_sha1:
+        words.append(f"dataset_sha1={dataset_sha1}")
+    return " ".join(words)
+
+
+def parse_launch_record(text):
+    """A fingerprint file as (fingerprint, {key: value}); a file of an earlier release holds the
+    fingerprint only."""
+    words = (text or "").split()
+    if not words:
+        return "", {}
+    return words[0], dict(word.split("=", 1) for word in words[1:] if "=" in word)
+
+
+def record_differences(on_node, wanted):
+    """The parts of two launch records that differ, as {part: (on node, wanted)}; a part one of them
+    lacks (a launch of an earlier release) is not a difference."""
+    node_fp, node_parts = parse_launch_record(on_node)
+    want_fp, want_parts = parse_launch_record(wanted)
+    found = {}
+    if node_fp and want_fp and node_fp != want_fp:
+        found["settings"] = (node_fp, want_fp)
+    for key in sorted(set(node_parts) & set(want_parts)):
+        if node_parts[key] != want_parts[key]:
+            found[key] = (node_parts[key], want_parts[key])
+    return found
+
+
 def node_state(unit, exit_record, fingerprint_on_node, fingerprint_wanted):
     """One node's state: running, succeeded, failed, stale (finished with other settings) or absent."""
     active = (unit or {}).get("ActiveState", "inactive")
@@ -95,13 +129,13 @@ def node_state(unit, exit_record, fingerprint_on_node, fingerprint_wanted):
     if exit_record is None:
         return "absent"
     if exit_record.get("result") == "success" and exit_record.get("status", "0") == "0":
-        if fingerprint_wanted and fingerprint_on_node and fingerprint_on_node != fingerprint_wanted:
+        if fingerprint_wanted and fingerprint_on_node and record_differences(fingerprint_on_node, fingerprint_wanted):
             return "stale"
         return "succeeded"
     return "failed"
 
 
-def plan_launch(statuses, ranks):
+def plan_launch(statuses, ranks, wanted=""):
     """What to do with a job, given every node's status, rank order first.
 
     Returns {action, resume_step, reason, stop}: ``skip`` when every node finished this exact job,
@@ -122,6 +156,22 @@ def plan_launch(statuses, ranks):
         }
     if all(state == "running" for state in states.values()):
         return {"action": "attach", "resume_step": None, "stop": [], "reason": "running on every node"}
+    # Checkpoints saved at another world size (ZeRO-3's and FSDP's optimizer partitions, the data
+    # order) or on another dataset cannot be resumed: refused before anything changes.
+    if wanted:
+        for host in ranks:
+            if not statuses[host].get("checkpoints"):
+                continue
+            differ = record_differences(statuses[host].get("fingerprint", ""), wanted)
+            moved = {key: value for key, value in differ.items() if key != "settings"}
+            if moved:
+                what = ", ".join(f"{key} {old} (now {new})" for key, (old, new) in moved.items())
+                return {
+                    "action": "refuse",
+                    "resume_step": None,
+                    "stop": [],
+                    "reason": f"its checkpoints on {host} were saved with {what}",
+                }
     stop = [host for host in ranks if states[host] == "running"]
     common = None
     for host in ranks:
