@@ -22,10 +22,10 @@ description:
   - When a rank has died, every node still training stops its own unit, because the others would
     wait in their next collective until C(ddp_timeout).
   - When every rank runs but none took an optimizer step for O(stall_minutes), the job is stalled
-    (a hung rank, a wedged collective): every node stops its unit and the result names the stall,
+    (a hung rank, a wedged collective); every node stops its unit and the result names the stall,
     the last step, its time and the suspect nodes (those with a process stopped by a signal, else
     those idle longest).
-  - A loop inside one task: the play keeps a constant depth and the controller a constant memory
+  - A loop inside one task, so the play keeps a constant depth and the controller a constant memory
     however many rounds the job takes.
   - Needs one Ansible worker per node (C(forks) at least the number of nodes), since every node's
     task runs for as long as the job.
