@@ -80,8 +80,10 @@ do_collection() {
     ansible-galaxy collection install --offline --no-deps -p "$tmp/installed" dist/instinct-finetune-*.tar.gz
     ansible-galaxy collection list instinct.finetune | grep -E '^instinct\.finetune +0\.1\.0'
     ansible-doc -l instinct.finetune | tee /dev/stderr | grep -q 'instinct.finetune.rocminfo_facts'
-    for module in rocminfo_facts rocm_smi_facts fabric_iface finetune_job_status; do
-      ansible-doc "instinct.finetune.$module" | grep -q 'EXAMPLES'
+    local path module
+    for path in "$root"/plugins/modules/*.py; do
+      module=$(basename "$path" .py)
+      ansible-doc "instinct.finetune.$module" | grep -q 'EXAMPLES' || { echo "ansible-doc cannot read $module" >&2; return 1; }
     done
     ansible-doc -t filter -l instinct.finetune | grep -q 'instinct.finetune.supported_platform'
     ansible-doc -t role -l instinct.finetune | grep -q 'preflight'

@@ -8,9 +8,9 @@ from ansible_collections.instinct.finetune.plugins.module_utils import jobspec, 
 __metaclass__ = type
 
 
-def finetune_plan(hostvars, ranks, status_var="finetune_status_raw"):
+def finetune_plan(hostvars, ranks, status_var="finetune_status_raw", wanted=""):
     """jobstate.plan_launch over the status each rank registered."""
-    return jobstate.plan_launch({host: hostvars[host][status_var] for host in ranks}, ranks)
+    return jobstate.plan_launch({host: hostvars[host][status_var] for host in ranks}, ranks, wanted)
 
 
 def finetune_round(hostvars, ranks, status_var="finetune_watch"):
@@ -30,6 +30,7 @@ class FilterModule:
             "finetune_device_problems": _wrap(jobspec.device_problems),
             "finetune_plan": _wrap(finetune_plan),
             "finetune_round": _wrap(finetune_round),
+            "finetune_launch_record": _wrap(jobstate.launch_record),
             "perplexity": _wrap(jobspec.perplexity),
             "env_file": _wrap(jobspec.parse_env_file),
         }

@@ -31,6 +31,8 @@ STRATEGY_FILES = {"deepspeed_zero3": "ds_config.json", "fsdp": None, "ddp": None
 
 # The Trainer's own default for max_grad_norm; LLaMA-Factory's DeepSpeed examples hand it to DeepSpeed
 # through "gradient_clipping": "auto".
+# How long a rank waits in one collective before it raises (finetune_ddp_timeout_minutes).
+DEFAULT_DDP_TIMEOUT_MINUTES = 60
 DEFAULT_MAX_GRAD_NORM = 1.0
 
 # LLaMA-Factory's FSDP settings (examples/accelerate/fsdp_config.yaml) under the names transformers'
@@ -196,7 +198,10 @@ def train_args(job, node):
             # LLaMA-Factory's own switch: it enables checkpointing on the model itself, which also
             # covers LoRA's frozen base (the Trainer's flag would do it a second time).
             "disable_gradient_checkpointing": not _flag(job, "gradient_checkpointing", True),
-            "ddp_timeout": int(job.get("ddp_timeout", 180000000)),
+            # Finite, so that a collective whose peer hung raises instead of waiting for years
+            # (LLaMA-Factory's examples use 180000000 s so that a long dataset preprocessing on
+            # the main rank cannot time the others out: the default leaves an hour for it).
+            "ddp_timeout": int(float(job.get("ddp_timeout_minutes", DEFAULT_DDP_TIMEOUT_MINUTES)) * 60),
             "seed": int(job.get("seed", 42)),
         }
     )
@@ -331,6 +336,10 @@ def job_problems(job, host=""):  # noqa: PLR0912 - one branch per setting reads 
     max_steps = _number(job.get("max_steps", 0) or 0)
     if (epochs is None or epochs <= 0) and (max_steps is None or max_steps <= 0):
         bad("num_train_epochs", job.get("num_train_epochs"), "set a positive number of epochs, or max_steps")
+    ddp_timeout = _number(job.get("ddp_timeout_minutes", DEFAULT_DDP_TIMEOUT_MINUTES))
+    if ddp_timeout is None or not 1 <= ddp_timeout <= 7 * 24 * 60:
+        bad("ddp_timeout_minutes", job.get("ddp_timeout_minutes"),
+            "set the minutes a rank may wait in one collective, from 1 to 10080 (a week), e.g. 60")  # fmt: skip
     val_size = _number(job.get("val_size", 0) or 0)
     if val_size is None or not 0 <= val_size < 1:
         bad("val_size", job.get("val_size"), "set a fraction between 0 and 1 (0 = no validation split)")
@@ -478,6 +487,10 @@ def perplexity(eval_loss):
 # Training settings that change what is reported, not what is trained: a finished job re-run with
 # only these changed is still the same job.
 NOT_FINGERPRINTED = ("include_num_input_tokens_seen",)
+# ddp_timeout decides when a hung rank gives up, not what trains: it is fingerprinted at the value
+# every job had before it became a setting (LLaMA-Factory's), so a finished job keeps its fingerprint
+# whatever finetune_ddp_timeout_minutes says.
+FINGERPRINTED_DDP_TIMEOUT = 180000000
 
 
 def job_files(job, node):
@@ -496,6 +509,7 @@ def job_files(job, node):
     # keeps its fingerprint.
     if "warmup_steps" in trained:
         trained["warmup_ratio"] = trained.pop("warmup_steps")
+    trained["ddp_timeout"] = FINGERPRINTED_DDP_TIMEOUT
     return {
         "train": train,
         "deepspeed": ds_config,

@@ -87,6 +87,40 @@ def checkpoints(entries):
     return sorted(found, key=lambda c: c["step"])
 
 
+def launch_record(fingerprint, world_size=None, dataset_sha1=""):
+    """What the fingerprint file of a launch says: the settings' fingerprint, then what else makes its
+    checkpoints loadable, as ``key=value`` words (``ab12... world_size=16 dataset_sha1=9f...``)."""
+    words = [fingerprint]
+    if world_size:
+        words.append(f"world_size={int(world_size)}")
+    if dataset_sha1:
+        words.append(f"dataset_sha1={dataset_sha1}")
+    return " ".join(words)
+
+
+def parse_launch_record(text):
+    """A fingerprint file as (fingerprint, {key: value}); a file of an earlier release holds the
+    fingerprint only."""
+    words = (text or "").split()
+    if not words:
+        return "", {}
+    return words[0], dict(word.split("=", 1) for word in words[1:] if "=" in word)
+
+
+def record_differences(on_node, wanted):
+    """The parts of two launch records that differ, as {part: (on node, wanted)}; a part one of them
+    lacks (a launch of an earlier release) is not a difference."""
+    node_fp, node_parts = parse_launch_record(on_node)
+    want_fp, want_parts = parse_launch_record(wanted)
+    found = {}
+    if node_fp and want_fp and node_fp != want_fp:
+        found["settings"] = (node_fp, want_fp)
+    for key in sorted(set(node_parts) & set(want_parts)):
+        if node_parts[key] != want_parts[key]:
+            found[key] = (node_parts[key], want_parts[key])
+    return found
+
+
 def node_state(unit, exit_record, fingerprint_on_node, fingerprint_wanted):
     """One node's state: running, succeeded, failed, stale (finished with other settings) or absent."""
     active = (unit or {}).get("ActiveState", "inactive")
@@ -95,13 +129,13 @@ def node_state(unit, exit_record, fingerprint_on_node, fingerprint_wanted):
     if exit_record is None:
         return "absent"
     if exit_record.get("result") == "success" and exit_record.get("status", "0") == "0":
-        if fingerprint_wanted and fingerprint_on_node and fingerprint_on_node != fingerprint_wanted:
+        if fingerprint_wanted and fingerprint_on_node and record_differences(fingerprint_on_node, fingerprint_wanted):
             return "stale"
         return "succeeded"
     return "failed"
 
 
-def plan_launch(statuses, ranks):
+def plan_launch(statuses, ranks, wanted=""):
     """What to do with a job, given every node's status, rank order first.
 
     Returns {action, resume_step, reason, stop}: ``skip`` when every node finished this exact job,
@@ -122,6 +156,22 @@ def plan_launch(statuses, ranks):
         }
     if all(state == "running" for state in states.values()):
         return {"action": "attach", "resume_step": None, "stop": [], "reason": "running on every node"}
+    # Checkpoints saved at another world size (ZeRO-3's and FSDP's optimizer partitions, the data
+    # order) or on another dataset cannot be resumed: refused before anything changes.
+    if wanted:
+        for host in ranks:
+            if not statuses[host].get("checkpoints"):
+                continue
+            differ = record_differences(statuses[host].get("fingerprint", ""), wanted)
+            moved = {key: value for key, value in differ.items() if key != "settings"}
+            if moved:
+                what = ", ".join(f"{key} {old} (now {new})" for key, (old, new) in moved.items())
+                return {
+                    "action": "refuse",
+                    "resume_step": None,
+                    "stop": [],
+                    "reason": f"its checkpoints on {host} were saved with {what}",
+                }
     stop = [host for host in ranks if states[host] == "running"]
     common = None
     for host in ranks:
@@ -182,3 +232,105 @@ def progress_line(prog):
     if prog.get("remaining_time"):
         parts.append(f"left {prog['remaining_time']}")
     return ", ".join(parts)
+
+
+# --- Watching a running job (issue 17) ----------------------------------------------------------
+
+# One sample line of a rank's progress file, rank<N>.prom (written by the launcher's progress export).
+_SAMPLE = re.compile(r"^(instinct_finetune_\w+)(?:\{[^}]*\})?\s+(\S+)\s*$")
+
+
+def parse_rank_progress(text):
+    """A rank's ``rank<N>.prom`` as {metric name: value}; comments and malformed lines are skipped."""
+    samples = {}
+    for line in (text or "").splitlines():
+        match = _SAMPLE.match(line.strip())
+        if not match:
+            continue
+        try:
+            samples[match.group(1)] = float(match.group(2))
+        except ValueError:
+            continue
+    return samples
+
+
+def idle_seconds(now, ranks_progress, active_since):
+    """Seconds since any rank of this node last took an optimizer step, on the node's own clock.
+
+    ``ranks_progress`` holds each local rank's parsed progress file; before a rank wrote one (model
+    loading, dataset preprocessing) the unit's start counts. None when neither is known.
+    """
+    marks = [p["instinct_finetune_last_step_timestamp_seconds"] for p in ranks_progress
+             if p.get("instinct_finetune_last_step_timestamp_seconds")]  # fmt: skip
+    if active_since:
+        marks.append(active_since)
+    if not marks:
+        return None
+    return max(0.0, now - max(marks))
+
+
+def process_state(stat_text):
+    """The state letter of ``/proc/<pid>/stat`` (R, S, D, T, t, Z, ...), or None."""
+    # The command name is in parentheses and may itself hold spaces or parentheses.
+    _command, sep, tail = (stat_text or "").rpartition(")")
+    fields = tail.split()
+    return fields[0] if sep and fields else None
+
+
+def watch_round(board, ranks, stall_seconds=0):
+    """One watch round over what every node last reported (``board``: host -> its report).
+
+    A report holds the node's ``state``, ``progress``, ``exit``, ``idle_seconds`` (since its ranks'
+    last step) and ``frozen`` (its training processes stopped by a signal). A node without a report
+    yet counts as ``starting``. The job is stalled when every rank runs and none took a step for
+    ``stall_seconds`` (0: never); the suspects are the nodes with a frozen process, else those idle
+    longest. Returns the ranks that failed (the first to end first), those running, the stall,
+    whether the job is over, and one progress line per node.
+    """
+    reports = {host: board.get(host) or {"state": "starting"} for host in ranks}
+    summary = round_summary(reports, ranks)
+    stall = None
+    idles = [reports[host].get("idle_seconds") for host in ranks]
+    if (stall_seconds and ranks and len(summary["running"]) == len(ranks)
+            and all(idle is not None for idle in idles) and min(idles) >= stall_seconds):  # fmt: skip
+        frozen = [host for host in ranks if reports[host].get("frozen")]
+        longest = max(idles)
+        suspects = frozen or [host for host in ranks if reports[host]["idle_seconds"] == longest]
+        steps = [(reports[host].get("progress") or {}).get("current_steps") or 0 for host in ranks]
+        stall = {
+            "idle_seconds": min(idles),
+            "step": max(steps),
+            "suspects": suspects,
+            "frozen": {host: reports[host]["frozen"] for host in frozen},
+        }
+    summary["stall"] = stall
+    return summary
+
+
+def stall_message(stall, job, stall_seconds, now_text=""):
+    """What the play says when it stopped a stalled job."""
+    frozen = "; ".join(
+        f"{host}: process {', '.join(pids)} stopped by a signal" for host, pids in stall["frozen"].items()
+    )
+    minutes = stall["idle_seconds"] / 60
+    return (
+        f"job {job} stalled: every rank runs but none took a step for {minutes:.1f} minutes "
+        f"(finetune_stall_minutes {stall_seconds / 60:g}); the last step was {stall['step']}"
+        f"{' at ' + now_text if now_text else ''}. Suspect: {', '.join(stall['suspects'])}"
+        f"{' (' + frozen + ')' if frozen else ''}. Every rank was stopped; its checkpoints stay, and running "
+        "the playbook again resumes from the last one."
+    )
+
+
+# States in which systemd still holds a job unit's processes.
+_LIVE = ("active", "activating", "deactivating", "reloading")
+
+
+def running_job_names(units):
+    """The jobs whose unit (``instinct-finetune-JOB.service`` -> state) still runs, by name."""
+    prefix, suffix = "instinct-finetune-", ".service"
+    return sorted(
+        unit[len(prefix) : -len(suffix)]
+        for unit, state in units.items()
+        if unit.startswith(prefix) and unit.endswith(suffix) and state in _LIVE
+    )

@@ -48,6 +48,12 @@ options:
     description: How many of the log's last lines to return.
     type: int
     default: 25
+  metrics_dir:
+    description:
+      - The job's metrics folder, where each rank of this node writes C(rank<N>.prom) with the time
+        of its last optimizer step; read for O(idle_seconds). Empty to leave it out.
+    type: path
+    default: ""
   wait_seconds:
     description:
       - While the job runs on this node, keep reading for up to this many seconds and return as soon
@@ -109,6 +115,20 @@ log_tail:
   returned: always
   type: list
   elements: str
+idle_seconds:
+  description:
+    - While the job runs, seconds since any rank of this node last took an optimizer step (its
+      C(rank<N>.prom), else the master's C(trainer_log.jsonl)), or since the unit started when no
+      step is known; measured on the node's clock. Null when the job does not run.
+  returned: always
+  type: float
+  sample: 12.5
+frozen:
+  description: The processes of the unit stopped by a signal (state T), as PIDs; a hung rank's cause.
+  returned: always
+  type: list
+  elements: str
+  sample: ["4711"]
 errors:
   description:
     - The last error lines of the training log (its last 2000 lines), without torchrun's and
@@ -127,16 +147,29 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.instinct.finetune.plugins.module_utils.jobstate import (
     checkpoints,
+    idle_seconds,
     node_state,
     parse_exit_record,
+    parse_rank_progress,
     parse_systemctl_show,
     parse_trainer_log,
+    process_state,
     progress,
     root_errors,
 )
 
 POLL_SECONDS = 2
-UNIT_PROPERTIES = ("ActiveState", "SubState", "Result", "ExecMainStatus", "MainPID")
+UNIT_PROPERTIES = (
+    "ActiveState",
+    "SubState",
+    "Result",
+    "ExecMainStatus",
+    "MainPID",
+    "ActiveEnterTimestampMonotonic",
+    "ControlGroup",
+)
+# Where systemd keeps a unit's processes: the unified hierarchy, else cgroup v1's systemd one.
+CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/systemd")
 
 
 def _read(path):
@@ -168,6 +201,45 @@ def _checkpoint_listing(output_dir):
     return listing
 
 
+def _idle_seconds(params, unit):
+    """Seconds since this node's ranks last stepped (node clock), from what the node holds."""
+    ranks = []
+    if params["metrics_dir"]:
+        try:
+            names = sorted(os.listdir(params["metrics_dir"]))
+        except OSError:
+            names = []
+        for name in names:
+            if name.startswith("rank") and name.endswith(".prom"):
+                ranks.append(parse_rank_progress(_read(os.path.join(params["metrics_dir"], name))))
+    # The master also logs each step to trainer_log.jsonl (the only mark when progress metrics are off).
+    trainer_log = os.path.join(params["output_dir"], "trainer_log.jsonl")
+    if os.path.exists(trainer_log):
+        ranks.append({"instinct_finetune_last_step_timestamp_seconds": os.path.getmtime(trainer_log)})
+    started = None
+    try:
+        since_boot = int(unit.get("ActiveEnterTimestampMonotonic") or 0) / 1e6
+    except ValueError:
+        since_boot = 0
+    if since_boot:
+        started = time.time() - (time.monotonic() - since_boot)
+    return idle_seconds(time.time(), ranks, started)
+
+
+def _frozen(unit):
+    """PIDs of the unit's processes that a signal stopped (SIGSTOP, a debugger)."""
+    group = unit.get("ControlGroup") or ""
+    if not group:
+        return []
+    for root in CGROUP_ROOTS:
+        procs = _read(root + group + "/cgroup.procs")
+        if procs is not None:
+            break
+    else:
+        return []
+    return [pid for pid in procs.split() if process_state(_read(f"/proc/{pid}/stat")) in ("T", "t")]
+
+
 def _read_unit(module):
     params = module.params
     systemctl = module.get_bin_path("systemctl", required=True)
@@ -192,6 +264,7 @@ def main():
             "output_dir": {"type": "path", "required": True},
             "log_path": {"type": "path", "required": True},
             "tail_lines": {"type": "int", "default": 25},
+            "metrics_dir": {"type": "path", "default": ""},
             "wait_seconds": {"type": "int", "default": 0},
         },
         supports_check_mode=True,
@@ -205,6 +278,7 @@ def main():
             break
         time.sleep(min(POLL_SECONDS, max(deadline - time.monotonic(), 0)))
     trainer_log = _read(os.path.join(params["output_dir"], "trainer_log.jsonl"))
+    running = state == "running"
     module.exit_json(
         changed=False,
         state=state,
@@ -215,6 +289,8 @@ def main():
         checkpoints=checkpoints(_checkpoint_listing(params["output_dir"])),
         log_tail=_tail(params["log_path"], params["tail_lines"]),
         errors=root_errors(_tail(params["log_path"], 2000)),
+        idle_seconds=_idle_seconds(params, unit) if running else None,
+        frozen=_frozen(unit) if running else [],
     )
 
 

@@ -201,46 +201,82 @@ def test_the_adapter_and_a_perplexity_below_the_base_models_are_collected(conver
     assert len([line for line in summary if line.startswith("instinct-sandbox-node")]) == 2
 
 
-def test_rerunning_site_yml_on_the_converged_cluster_changes_nothing(converged):
-    """Every stage is idempotent on real state: preflight and its trust store, the ROCm packages, the
-    venv, torch, DeepSpeed's wheel and LLaMA-Factory, the fabric's env file, monitoring, and the
-    finished job (which is neither relaunched nor re-evaluated)."""
+def test_site_yml_in_check_mode_on_the_converged_cluster_changes_nothing(converged):
+    """Every stage predicts no change on real state: preflight and its trust store, the ROCm
+    packages, the venv, torch, DeepSpeed's wheel and LLaMA-Factory, the fabric's env file, monitoring,
+    and the finished job, which is read as in a real run (neither relaunched nor re-evaluated)."""
     again = sandbox.run_playbook(
-        "site.yml", cmdline=sandbox.site_cmdline(), extravars={"finetune_collect_dir": str(sandbox.collect_dir())}
+        "site.yml",
+        cmdline=sandbox.site_cmdline("--check --diff"),
+        extravars={"finetune_collect_dir": str(sandbox.collect_dir())},
     )
-    sandbox.write_report("site-again", again)
+    sandbox.write_report("site-check", again)
     sandbox.print_report(again)
     assert again.rc == 0, again.failures
     # Ansible's stats list only hosts with a change.
     assert sorted(again.ok) == NODES
     assert {host: again.changed.get(host, 0) for host in NODES} == {host: 0 for host in NODES}
     assert any("skip (finished on every node)" in str(d["msg"]) for d in again.debug)
+    # The finished job's weights were checked and its evaluation found, as in a real run.
+    assert again.ran("Check that the finetune stage finished the job") == NODES
 
 
-def test_a_killed_rank_of_a_zero3_job_stops_the_job_and_the_rerun_resumes(converged):
-    for host in NODES:  # a cluster kept from an earlier run may hold this job already
-        node(host, "systemctl", "stop", f"instinct-finetune-{FAULT_JOB}.service", check=False)
-        node(host, "rm", "-rf", f"{JOB_ROOT}/{FAULT_JOB}", f"/var/log/instinct-finetune/{FAULT_JOB}")
-    # Killed after its first checkpoint (step 20), with 40 steps (about 30 s here) still to go.
-    fault = f"-e finetune_job_name={FAULT_JOB} -e finetune_max_steps=60 -e finetune_save_steps=20"
-    outcome = {}
-
+def run_in_thread(playbook, extra, outcome):
     def run():
         outcome["result"] = sandbox.run_playbook(
-            "finetune.yml",
-            cmdline=sandbox.site_cmdline(fault),
+            playbook,
+            cmdline=sandbox.site_cmdline(extra),
             extravars={"finetune_collect_dir": str(sandbox.collect_dir()), "finetune_progress_interval": 5},
             quiet=True,
         )
 
     thread = threading.Thread(target=run)
     thread.start()
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and not all(complete_checkpoints(h, FAULT_JOB) for h in NODES):
-        assert thread.is_alive(), "the fault job ended before a checkpoint was written"
+    return thread
+
+
+def wait_until(condition, thread, what, timeout=600):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not condition():
+        assert thread.is_alive(), f"the fault job's play ended before {what}"
         time.sleep(1)
+    assert condition(), what
+
+
+def trained_steps(host, job):
+    """The newest step of the latest launch in a node's progress file (0 before its first)."""
+    out = node(host, "sh", "-c", f"cat {JOB_ROOT}/{job}/metrics/rank*.prom", check=False).stdout
+    found = re.search(r"^instinct_finetune_step\{[^}]*\} (\S+)$", out, re.M)
+    return float(found.group(1)) if found else 0
+
+
+def test_a_killed_and_a_frozen_rank_of_a_zero3_job_stop_it_and_reruns_resume(converged):
+    """One ZeRO-3 job through what a long run meets: node2's worker killed after the first
+    checkpoint (the play fails naming node2), a resume on node1 alone refused before anything
+    changes (its checkpoints were saved at world size 2), a resume whose node2 worker is frozen
+    (SIGSTOP) while site.yml runs again and changes nothing, then stopped as stalled by a play that
+    re-attaches (naming the stall and node2), then a resume that finishes and beats the base model."""
+    for host in NODES:  # a cluster kept from an earlier run may hold this job already
+        node(host, "systemctl", "stop", f"instinct-finetune-{FAULT_JOB}.service", check=False)
+        node(host, "rm", "-rf", f"{JOB_ROOT}/{FAULT_JOB}", f"/var/log/instinct-finetune/{FAULT_JOB}")
+    saved = kill_after_the_first_checkpoint()
+    refuse_a_resume_on_one_node()
+    freeze_a_rank_of_the_resumed_job(saved)
+    resume_to_the_end_and_evaluate(saved)
+
+
+# Killed after its first checkpoint (step 20), with 40 steps (about 30 s here) still to go; a
+# two-minute stall window for the frozen rank (a start-up on a busy machine stays well inside it).
+FAULT = (f"-e finetune_job_name={FAULT_JOB} -e finetune_max_steps=60 -e finetune_save_steps=20 "
+         "-e finetune_stall_minutes=2")  # fmt: skip
+
+
+def kill_after_the_first_checkpoint():
+    fault = FAULT
+    outcome = {}
+    thread = run_in_thread("finetune.yml", fault, outcome)
+    wait_until(lambda: all(complete_checkpoints(h, FAULT_JOB) for h in NODES), thread, "a checkpoint on every node")
     saved = {h: complete_checkpoints(h, FAULT_JOB) for h in NODES}
-    assert all(saved.values()), saved
     # Kill node2's training worker (torchrun starts it as "python -u .../instinct_finetune_launch.py").
     node(NODES[1], "pkill", "-9", "-f", "python[0-9.]* -u .*instinct_finetune_launch.py")
     thread.join(timeout=600)
@@ -253,8 +289,83 @@ def test_a_killed_rank_of_a_zero3_job_stops_the_job_and_the_rerun_resumes(conver
     assert training_processes(NODES[0]) == [] and training_processes(NODES[1]) == []
     for host in NODES:
         assert set(saved[host]) <= set(complete_checkpoints(host, FAULT_JOB))
+    return saved
 
-    # The re-run resumes and, through evaluate.yml, evaluates what it finished.
+
+def refuse_a_resume_on_one_node():
+    """Resuming on node1 alone would load shards saved by two ranks: refused before anything changes."""
+    fault = FAULT
+    alone = sandbox.run_playbook(
+        "finetune.yml", cmdline=sandbox.site_cmdline(f"{fault} --limit {NODES[0]}"), quiet=True
+    )
+    assert alone.rc != 0 and alone.failed_hosts() == [NODES[0]]
+    refusal = " ".join(str(f["msg"]) for f in alone.failures)
+    assert "were saved with world_size 2 (now 1)" in refusal and "new finetune_job_name" in refusal, refusal
+    assert alone.changed == {}
+    assert alone.ran("Write the LLaMA-Factory training settings") == []
+
+
+def launches(host, job):
+    return node(host, "cat", f"/var/log/instinct-finetune/{job}/train.log").stdout.count(
+        "==== instinct.finetune launch"
+    )
+
+
+def freeze_a_rank_of_the_resumed_job(saved):
+    """The resume is launched without waiting; once it trains, node2's worker is frozen (SIGSTOP), so
+    the job runs on without a step. site.yml run then holds back wherever it could disturb the job and
+    changes nothing; a play that re-attaches to watch it stops every rank as stalled."""
+    launched = sandbox.run_playbook("finetune.yml", cmdline=sandbox.site_cmdline(f"{FAULT} -e finetune_wait=false"))
+    assert launched.rc == 0, launched.failures
+    first = max(saved[NODES[0]])
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and trained_steps(NODES[0], FAULT_JOB) <= first:
+        time.sleep(1)
+    assert trained_steps(NODES[0], FAULT_JOB) > first
+    node(NODES[1], "pkill", "-STOP", "-f", "python[0-9.]* -u .*instinct_finetune_launch.py")
+    before = {host: launches(host, FAULT_JOB) for host in NODES}
+
+    during = sandbox.run_playbook(
+        "site.yml",
+        cmdline=sandbox.site_cmdline(f"{FAULT} -e finetune_wait=false"),
+        extravars={"finetune_collect_dir": str(sandbox.collect_dir())},
+    )
+    sandbox.write_report("site-during-job", during)
+    sandbox.print_report(during)
+    assert during.rc == 0, during.failures
+    assert {host: during.changed.get(host, 0) for host in NODES} == {host: 0 for host in NODES}
+    shown = " ".join(str(d["msg"]) for d in during.debug)
+    assert f"job {FAULT_JOB}: attach (running on every node)" in shown
+    # Each stage that could disturb the job said why it held back, and did not act.
+    for what in ("is training on the cluster; its torchrun holds port 29500", "AMD's repositories, the driver",
+                 "no package of the venv is installed or changed", "this run did not wait for it"):  # fmt: skip
+        assert what in shown, what
+    assert during.ran("Listen on the master's port for every other node") == []
+    assert during.ran("Start one all-reduce process per node over the fabric interface") == []
+    assert during.ran("Start every rank at once (torchrun waits at the master for the others)") == []
+    assert {host: launches(host, FAULT_JOB) for host in NODES} == before  # no unit was restarted
+
+    watched = sandbox.run_playbook(
+        "finetune.yml",
+        cmdline=sandbox.site_cmdline(FAULT),
+        extravars={"finetune_collect_dir": str(sandbox.collect_dir()), "finetune_progress_interval": 5},
+        quiet=True,
+    )
+    assert watched.rc != 0
+    stall = " ".join(str(f["msg"]) for f in watched.failures)
+    assert f"job {FAULT_JOB} stalled: every rank runs but none took a step" in stall, stall
+    assert f"Suspect: {NODES[1]} ({NODES[1]}: process" in stall and "stopped by a signal" in stall, stall
+    assert "docs/runbooks/rank-hung.md" in stall
+    # The job had been idle past the window (2 minutes: site.yml took longer) before the play attached:
+    # its first rounds saw the stall.
+    watch = next(t for t in watched.tasks if t["task"] == "Watch the job until it ends, a rank dies or it stalls")
+    assert watch["seconds"] < 60, watch
+    assert training_processes(NODES[0]) == [] and training_processes(NODES[1]) == []
+
+
+def resume_to_the_end_and_evaluate(saved):
+    """The last re-run resumes and, through evaluate.yml, evaluates what it finished."""
+    fault = FAULT
     resumed = sandbox.run_playbook(
         "evaluate.yml",
         cmdline=sandbox.site_cmdline(fault),

@@ -29,7 +29,7 @@ ALERTS = {
     "InstinctGPUMissing": "gpu-missing.md",
     "InstinctGPUVRAMNearFull": "oom-fragmentation.md",
     "InstinctGPUUncorrectableECC": "gpu-hardware-errors.md",
-    "InstinctTrainingStalled": "rank-failed.md",
+    "InstinctTrainingStalled": "rank-hung.md",
     "InstinctNodeExporterDown": "monitoring-exporter.md",
     "InstinctGPUCollectorStale": "monitoring-exporter.md",
 }
@@ -42,8 +42,18 @@ JINJA = jinja2.Environment(  # noqa: S701
 )
 
 
-def defaults():
-    return yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))
+FINETUNE_DEFAULTS = ROOT / "roles" / "finetune" / "defaults" / "main.yml"
+
+
+def defaults(**inventory):
+    """The role's defaults as a play with the finetune role's defaults (and ``inventory``) sees them."""
+    context = {**yaml.safe_load(FINETUNE_DEFAULTS.read_text(encoding="utf-8")), **inventory}
+    values = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))
+    return {
+        name: yaml.safe_load(JINJA.from_string(value).render(context)) if isinstance(value, str) and "{{" in value
+        else value
+        for name, value in values.items()
+    }  # fmt: skip
 
 
 def render(**overrides):
@@ -154,6 +164,15 @@ def test_the_thresholds_come_from_the_defaults():
     stall = values["monitoring_alert_training_stall_minutes"] * 60
     assert f"> {stall}" in by_name["InstinctTrainingStalled"]["expr"]
     assert f'up{{job="{values["monitoring_scrape_job"]}"}}' in by_name["InstinctNodeExporterDown"]["expr"]
+
+
+def test_the_stall_alert_waits_as_long_as_the_finetune_roles_stall_stop():
+    for minutes, expected in ((None, 30), (45, 45), (0, 30)):  # unset: the default; 0 turns the stop off only
+        values = defaults() if minutes is None else defaults(finetune_stall_minutes=minutes)
+        assert values["monitoring_alert_training_stall_minutes"] == expected
+        rules = [rule for group in yaml.safe_load(render(**values))["groups"] for rule in group["rules"]]
+        stalled = next(rule for rule in rules if rule.get("alert") == "InstinctTrainingStalled")
+        assert f"> {expected * 60}" in stalled["expr"], (minutes, stalled["expr"])
 
 
 def test_the_metric_name_parser_finds_names_and_skips_the_rest():

@@ -237,7 +237,7 @@ def test_jobs_failed_hung_or_without_a_finite_perplexity():
         ]
     }
     found, facts, _ = runbooks(healthy_raw(jobs=jobs))
-    assert found == ["rank-failed.md"]
+    assert found == ["rank-failed.md", "rank-hung.md"]
     assert facts["jobs"]["failed"][0]["job"] == "a" and facts["jobs"]["stalled"][0]["minutes"] == 60
     bad = {"jobs": [{"name": "c", "unit_state": "inactive", "exit_record": "result=success code=exited status=0 at=1",
                      "ranks": {}, "eval": {"perplexity": float("nan")}}]}  # fmt: skip

@@ -6,8 +6,10 @@ import pytest
 from ansible_collections.instinct.finetune.plugins.filter.finetune import FilterModule
 from ansible_collections.instinct.finetune.plugins.module_utils.jobstate import (
     checkpoints,
+    launch_record,
     node_state,
     parse_exit_record,
+    parse_launch_record,
     parse_systemctl_show,
     parse_trainer_log,
     plan_launch,
@@ -414,3 +416,49 @@ def test_root_errors_keep_the_last_ones():
     assert root_errors(lines) == [lines[3], lines[4], lines[5]]
     assert root_errors(lines, limit=1) == [lines[5]]
     assert root_errors([]) == []
+
+
+# --- the launch record: what makes checkpoints loadable (issue 17) -------------------------------
+
+FP = "14cec2609bbd0aa6"
+RECORD = launch_record(FP, 2, "5d41402abc4b2a76b9719d911017c592")
+
+
+def test_the_launch_record_reads_back():
+    assert f"{FP} world_size=2 dataset_sha1=5d41402abc4b2a76b9719d911017c592" == RECORD
+    assert parse_launch_record(RECORD) == (FP, {"world_size": "2", "dataset_sha1": "5d41402abc4b2a76b9719d911017c592"})
+    assert parse_launch_record(f"{FP}\n") == (FP, {})  # a file of an earlier release
+    assert launch_record(FP) == FP
+
+
+def test_a_finished_job_of_an_earlier_release_is_still_the_same_job():
+    assert node_state({"ActiveState": "inactive"}, {"result": "success", "status": "0"}, FP, RECORD) == "succeeded"
+
+
+@pytest.mark.parametrize(
+    "on_node",
+    [launch_record(FP, 4, "5d41402abc4b2a76b9719d911017c592"), launch_record(FP, 2, "0" * 32),
+     launch_record("0" * 16, 2, "5d41402abc4b2a76b9719d911017c592")],
+)  # fmt: skip
+def test_a_job_finished_at_another_world_size_or_on_other_data_is_another_job(on_node):
+    assert node_state({"ActiveState": "inactive"}, {"result": "success", "status": "0"}, on_node, RECORD) == "stale"
+
+
+def test_checkpoints_saved_at_another_world_size_are_not_resumed():
+    saved = dict(status("failed", [10, 20], at=5), fingerprint=launch_record(FP, 4, "5d41402abc4b2a76b9719d911017c592"))
+    plan = plan_launch({"node1": saved, "node2": dict(saved)}, RANKS, RECORD)
+    assert plan["action"] == "refuse"
+    assert plan["reason"] == "its checkpoints on node1 were saved with world_size 4 (now 2)"
+
+
+def test_checkpoints_of_changed_settings_at_the_same_world_size_resume_as_before():
+    # A changed learning rate, say: the documented behaviour (the job resumes with the new settings).
+    saved = dict(
+        status("failed", [10, 20], at=5), fingerprint=launch_record("0" * 16, 2, "5d41402abc4b2a76b9719d911017c592")
+    )
+    plan = plan_launch({"node1": saved, "node2": dict(saved)}, RANKS, RECORD)
+    assert (plan["action"], plan["resume_step"]) == ("launch", 20)
+
+
+def test_a_fresh_job_is_launched_whatever_its_record():
+    assert plan_launch({"node1": status("absent"), "node2": status("absent")}, RANKS, RECORD)["action"] == "launch"

@@ -62,6 +62,10 @@ SHOW_ARGS = [
     "ExecMainStatus",
     "-p",
     "MainPID",
+    "-p",
+    "ActiveEnterTimestampMonotonic",
+    "-p",
+    "ControlGroup",
     UNIT,
 ]
 
@@ -88,6 +92,10 @@ class Clock:
 
     def monotonic(self):
         return self.now
+
+    def time(self):
+        """Wall time, moving with monotonic()."""
+        return 1_796_000_000.0 + self.now
 
     def sleep(self, seconds):
         self.slept.append(seconds)
@@ -165,6 +173,27 @@ def test_wait_ends_at_the_deadline_while_the_job_still_runs(tmp_path, monkeypatc
     assert clock.slept == [2, 2, 1]  # never past the deadline
     assert len(calls) == 4
     assert result["exit"] is None
+
+
+def test_a_running_job_reports_how_long_its_ranks_are_idle(tmp_path, monkeypatch, capsys):
+    params = make_job(tmp_path)
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    # What the launcher's export writes after a step at wall time T (the Clock's time() is T + 1000 + 30).
+    step_at = 1_796_000_000.0 + 1000.0 - 30.0
+    (metrics / "rank0.prom").write_text(
+        f'instinct_finetune_step{{rank="0"}} 12\ninstinct_finetune_last_step_timestamp_seconds{{rank="0"}} {step_at}\n'
+    )
+    os.utime(tmp_path / "jobs" / "tiny-sft" / "output" / "trainer_log.jsonl", (step_at - 600, step_at - 600))
+    rc, result, _, _ = run_main(monkeypatch, capsys, dict(params, metrics_dir=str(metrics)), [(0, RUNNING, "")])
+    assert (rc, result["state"]) == (0, "running")
+    assert result["idle_seconds"] == 30.0
+    assert result["frozen"] == []  # RUNNING names no control group
+
+
+def test_a_job_that_is_not_running_reports_no_idle_time(tmp_path, monkeypatch, capsys):
+    _, result, _, _ = run_main(monkeypatch, capsys, make_job(tmp_path), [(0, ENDED, "")])
+    assert result["idle_seconds"] is None and result["frozen"] == []
 
 
 def test_without_wait_the_unit_is_read_once(tmp_path, monkeypatch, capsys):
