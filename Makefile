@@ -26,7 +26,7 @@ sandbox:      ## the main job: site.yml on the local sandbox cluster
 	bash scripts/sandbox.sh
 
 bench:        ## benchmarks that print figures against their targets
-	bash scripts/bootstrap-venv.sh && .venv/bin/python bench/bench_probes.py
+	bash scripts/bootstrap-venv.sh && .venv/bin/python bench/bench_probes.py && .venv/bin/python bench/bench_watch.py
 
 bench-sandbox: ## wall time of site.yml on the sandbox cluster by stage (BENCH_ARGS=--fresh for a first run)
 	bash scripts/bootstrap-venv.sh && bash scripts/ensure-docker.sh && \

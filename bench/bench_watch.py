@@ -4,8 +4,8 @@
 The watch (instinct.finetune.finetune_watch) follows a job in one task; the task that included
 itself once per round grew Ansible's task iterator a level per round (RecursionError after about 246
 rounds). Each run here drives the real watch through ansible-playbook on two local nodes whose job
-stays running (tests/unit/plugins/action/watch_soak.py, a stand-in systemctl at the systemd
-boundary), and prints the wall time per round and the peak RSS of the largest ansible process.
+stays running (tests/soak/watch_soak.py, a stand-in systemctl at the systemd boundary), and prints
+the wall time per round and the peak RSS of the largest ansible process.
 
 Targets (issue 17): the seconds per round and the peak RSS stay flat from 10 to 1000 rounds (within
 25 %), so that a job of days is watched at the cost of a job of minutes.
@@ -28,7 +28,7 @@ def one_run(rounds):
     """One soak in a fresh process, so that the peak RSS is this run's own."""
     code = (
         "import json, sys, tempfile; sys.path.insert(0, sys.argv[1]);"
-        "from tests.unit.plugins.action.watch_soak import soak;"
+        "from tests.soak.watch_soak import soak;"
         "s, m, r, _ = soak(tempfile.mkdtemp(prefix='instinct-watch-bench-'), int(sys.argv[2]));"
         "print(json.dumps({'seconds': s, 'peak_mib': m, 'rounds': min(v['rounds'] for v in r.values())}))"
     )

@@ -6,7 +6,7 @@
 #      cluster (site.yml through ansible-runner, monitoring, a killed rank, a resume, health.yml)
 # Each stage prints its duration; the total is printed at the end. Any failure stops the run.
 # Run a subset with: scripts/test.sh lint unit
-#   (stages: venv lint syntax unit collection integration, or molecule and e2e one after the other)
+#   (stages: venv lint syntax unit collection integration, or molecule, e2e and soak one after the other)
 # Run chosen scenarios with: MOLECULE_SCENARIOS="rocm diagnose" scripts/test.sh molecule
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -118,6 +118,13 @@ do_molecule() {
   done
 }
 
+do_soak() {
+  # The job watch driven for 1000 rounds through ansible-playbook (tests/soak, about four minutes).
+  local rc=0
+  pytest -v -p no:cacheprovider tests/soak || rc=$?
+  [[ $rc -eq 0 ]] || { echo "soak tests failed (pytest exit $rc)"; return "$rc"; }
+}
+
 do_e2e() {
   # The sandbox cluster end to end, through ansible-runner (tests/e2e, scripts/sandbox.py).
   local rc=0
@@ -140,7 +147,12 @@ do_integration() {
     printf '%-28s %5ss\n' "e2e sandbox (parallel)" "$((SECONDS - start))" >"$logs/e2e-stage.txt"
   ) >"$logs/e2e.log" 2>&1 &
   local e2e_pid=$!
-  (STAGE_REPORT_FILE=$logs/molecule-stages.txt do_molecule) &
+  # The soak follows the scenarios in their lane, the shorter one.
+  (
+    export STAGE_REPORT_FILE=$logs/molecule-stages.txt
+    do_molecule
+    stage "watch soak (1000 rounds)" do_soak
+  ) &
   local molecule_pid=$!
   # A cancelled run takes both lanes down with it.
   trap 'kill "$e2e_pid" "$molecule_pid" 2>/dev/null' INT TERM
@@ -165,8 +177,9 @@ for s in "${stages[@]}"; do
     collection) stage "collection build+install" do_collection ;;
     molecule) stage "docker engine + images" do_images; do_molecule ;;
     e2e) stage "docker engine + images" do_images; stage "e2e sandbox" do_e2e ;;
+    soak) stage "watch soak (1000 rounds)" do_soak ;;
     integration) stage "docker engine + images" do_images; stage "integration" do_integration ;;
-    *) echo "unknown stage $s (venv lint syntax unit collection integration molecule e2e)" >&2; exit 2 ;;
+    *) echo "unknown stage $s (venv lint syntax unit collection integration molecule e2e soak)" >&2; exit 2 ;;
   esac
 done
 

@@ -1,5 +1,5 @@
 """Drive instinct.finetune.finetune_watch through ansible-playbook for a chosen number of rounds,
-against jobs that stay running (shared by the unit test and bench/bench_watch.py).
+against jobs that stay running (shared by tests/soak and bench/bench_watch.py).
 
 The nodes are local aliases of this machine (ansible_connection local); their units are answered by a
 stand-in ``systemctl`` first on PATH (the systemd boundary): ``show`` reports the unit active for
@@ -16,7 +16,7 @@ import textwrap
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[4]
+ROOT = Path(__file__).resolve().parents[2]
 
 SYSTEMCTL = r"""#!/bin/sh
 # Stand-in for systemd: "show UNIT" is answered from a call counter per unit (see watch_soak.py).
