@@ -69,6 +69,11 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("job", "ranks", "unit", "status", "interval", "timeout", "stall_minutes"))
 
+    def _stop(self, unit, task_vars):
+        return self._execute_module(
+            "ansible.legacy.systemd_service", module_args={"name": unit, "state": "stopped"}, task_vars=task_vars
+        )
+
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
@@ -127,12 +132,12 @@ class ActionModule(ActionBase):
                 display.display(f"job {args['job']}, round {rounds}:\n  " + "\n  ".join(summary["lines"]))
             running = status["state"] == "running"
             if running and (stall or summary["failed"]):
+                if stall:
+                    # On the board before any rank dies of this stop, so that every node reads a
+                    # stall, not a rank that died.
+                    _post(board, host, dict(report, stall=stall))
                 # A rank that died or hung leaves the others waiting in their next collective.
-                stop = self._execute_module(
-                    "ansible.legacy.systemd_service",
-                    module_args={"name": args["unit"], "state": "stopped"},
-                    task_vars=task_vars,
-                )
+                stop = self._stop(args["unit"], task_vars)
                 if stop.get("failed"):
                     return stop
                 stopped = True
@@ -140,8 +145,10 @@ class ActionModule(ActionBase):
             over = not summary["running"] or stall or summary["failed"]
             if (not running and (host != master or over)) or time.monotonic() >= deadline:
                 break
-        if stall:
-            _post(board, host, dict(report, stall=stall))
+            if not running:
+                # The master's own rank has ended but others still run: its status read returns at
+                # once, so the round waits here instead.
+                time.sleep(interval)
         result.update({key: status.get(key) for key in status if not key.startswith("_")})
         result.update(
             changed=stopped,

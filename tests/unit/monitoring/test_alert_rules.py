@@ -167,7 +167,8 @@ def test_the_thresholds_come_from_the_defaults():
 
 
 def test_the_stall_alert_waits_as_long_as_the_finetune_roles_stall_stop():
-    for minutes, expected in ((None, 30), (45, 45), (0, 30)):  # unset: the default; 0 turns the stop off only
+    # unset: the default; 0 turns the stop off only, also as the string an -e key=value gives
+    for minutes, expected in ((None, 30), (45, 45), (0, 30), ("0", 30), ("20", 20)):
         values = defaults() if minutes is None else defaults(finetune_stall_minutes=minutes)
         assert values["monitoring_alert_training_stall_minutes"] == expected
         rules = [rule for group in yaml.safe_load(render(**values))["groups"] for rule in group["rules"]]
