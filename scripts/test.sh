@@ -79,7 +79,12 @@ do_collection() {
     cd "$tmp"
     ansible-galaxy collection install --offline --no-deps -p "$tmp/installed" dist/instinct-finetune-*.tar.gz
     ansible-galaxy collection list instinct.finetune | grep -E '^instinct\.finetune +0\.1\.0'
-    ansible-doc -l instinct.finetune | tee /dev/stderr | grep -q 'instinct.finetune.rocminfo_facts'
+    # Printed from a variable: tee /dev/stderr would reopen a log file that stdout and stderr share,
+    # truncating it.
+    local listed
+    listed=$(ansible-doc -l instinct.finetune)
+    printf '%s\n' "$listed"
+    grep -q 'instinct.finetune.rocminfo_facts' <<<"$listed"
     local path module
     for path in "$root"/plugins/modules/*.py; do
       module=$(basename "$path" .py)
