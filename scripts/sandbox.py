@@ -55,6 +55,10 @@ class RunResult:
     debug: list = field(default_factory=list)
     tasks: list = field(default_factory=list)
 
+    def changed_tasks(self):
+        """(host, task) of every task result that reported a change."""
+        return [(t["host"], t["task"]) for t in self.tasks if t["changed"]]
+
     def ran(self, task):
         """The hosts on which a task of this name ran (ok or failed, not skipped)."""
         return sorted({t["host"] for t in self.tasks if t["task"] == task and t["status"] != "skipped"})
@@ -109,6 +113,7 @@ class EventReader:
                 "role": data.get("role"),
                 "status": TASK_EVENTS[kind],
                 "seconds": float(data.get("duration") or 0),
+                "changed": bool((data.get("res") or {}).get("changed")),
             })  # fmt: skip
         if kind == "playbook_on_play_start":
             self.play_starts.append((data.get("play", ""), time.monotonic()))
