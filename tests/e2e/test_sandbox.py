@@ -273,9 +273,8 @@ FAULT = f"{FAULT_SETTINGS} -e finetune_stall_minutes=2"
 
 
 def kill_after_the_first_checkpoint():
-    fault = FAULT
     outcome = {}
-    thread = run_in_thread("finetune.yml", fault, outcome)
+    thread = run_in_thread("finetune.yml", FAULT, outcome)
     wait_until(lambda: all(complete_checkpoints(h, FAULT_JOB) for h in NODES), thread, "a checkpoint on every node")
     saved = {h: complete_checkpoints(h, FAULT_JOB) for h in NODES}
     # Kill node2's training worker (torchrun starts it as "python -u .../instinct_finetune_launch.py").
@@ -295,9 +294,8 @@ def kill_after_the_first_checkpoint():
 
 def refuse_a_resume_on_one_node():
     """Resuming on node1 alone would load shards saved by two ranks: refused before anything changes."""
-    fault = FAULT
     alone = sandbox.run_playbook(
-        "finetune.yml", cmdline=sandbox.site_cmdline(f"{fault} --limit {NODES[0]}"), quiet=True
+        "finetune.yml", cmdline=sandbox.site_cmdline(f"{FAULT} --limit {NODES[0]}"), quiet=True
     )
     assert alone.rc != 0 and alone.failed_hosts() == [NODES[0]]
     refusal = " ".join(str(f["msg"]) for f in alone.failures)
@@ -366,10 +364,9 @@ def freeze_a_rank_of_the_resumed_job(saved):
 
 def resume_to_the_end_and_evaluate(saved):
     """The last re-run resumes and, through evaluate.yml, evaluates what it finished."""
-    fault = FAULT
     resumed = sandbox.run_playbook(
         "evaluate.yml",
-        cmdline=sandbox.site_cmdline(fault),
+        cmdline=sandbox.site_cmdline(FAULT),
         extravars={"finetune_collect_dir": str(sandbox.collect_dir()), "finetune_progress_interval": 5},
     )
     sandbox.write_report("finetune-resumed", resumed)
