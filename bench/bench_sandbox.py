@@ -39,6 +39,11 @@ def print_figures(report):
     for host in sorted(report["ok"]):
         print(f"  {host}: ok={report['ok'][host]} changed={report['changed'].get(host, 0)} "
               f"failed={report['failed'].get(host, 0)}")  # fmt: skip
+    walls = sorted(report.get("task_walls", []), key=lambda t: -t["seconds"])
+    if walls:
+        print(f"  the 10 costliest of {len(walls)} tasks (wall seconds, every host):")
+        for task in walls[:10]:
+            print(f"    {task['seconds']:6.1f}  {task['role'] or '-'}: {task['task']}")
 
 
 def main():

@@ -14,6 +14,7 @@ scraped text, and the figures are written to artifacts/sandbox/<name>.json for b
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -54,6 +55,11 @@ class RunResult:
     failures: list = field(default_factory=list)
     debug: list = field(default_factory=list)
     tasks: list = field(default_factory=list)
+    task_walls: list = field(default_factory=list)
+
+    def costliest(self, count=10):
+        """The ``count`` tasks that took the most wall time (a task's start to the next's, on all hosts)."""
+        return sorted(self.task_walls, key=lambda t: -t["seconds"])[:count]
 
     def changed_tasks(self):
         """(host, task) of every task result that reported a change."""
@@ -81,6 +87,7 @@ class RunResult:
             "ok": self.ok,
             "plays": self.plays,
             "failures": self.failures,
+            "task_walls": self.task_walls,
         }
 
 
@@ -102,6 +109,7 @@ class EventReader:
         self.stats = {}
         self.debug = []
         self.tasks = []
+        self.task_starts = []
 
     def __call__(self, event):
         kind = event.get("event")
@@ -116,7 +124,12 @@ class EventReader:
                 "changed": bool((data.get("res") or {}).get("changed")),
             })  # fmt: skip
         if kind == "playbook_on_play_start":
-            self.play_starts.append((data.get("play", ""), time.monotonic()))
+            now = time.monotonic()
+            self.play_starts.append((data.get("play", ""), now))
+            self.task_starts.append((None, None, data.get("play", ""), now))
+        elif kind in ("playbook_on_task_start", "playbook_on_handler_task_start"):
+            now = time.monotonic()
+            self.task_starts.append((data.get("task", ""), data.get("role", ""), data.get("play", ""), now))
         elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
             res = data.get("res") or {}
             self.failures.append({"host": data.get("host"), "task": data.get("task"), "msg": res.get("msg")})
@@ -127,6 +140,17 @@ class EventReader:
         elif kind == "playbook_on_stats":
             self.stats = {key: data.get(key) or {} for key in ("changed", "failures", "ok", "dark")}
         return True
+
+    def task_walls(self, end):
+        """Wall seconds of every task: from its start to the next task's or play's start (the linear
+        strategy runs a task on every host before the next one starts)."""
+        walls = []
+        for index, (task, role, play, start) in enumerate(self.task_starts):
+            if task is None:
+                continue
+            stop = self.task_starts[index + 1][3] if index + 1 < len(self.task_starts) else end
+            walls.append({"task": task, "role": role, "play": play, "seconds": round(stop - start, 2)})
+        return walls
 
     def plays(self, end):
         timings = []
@@ -169,6 +193,7 @@ def run_playbook(playbook, extravars=None, cmdline="", quiet=False, envvars=None
         failures=reader.failures,
         debug=reader.debug,
         tasks=reader.tasks,
+        task_walls=reader.task_walls(end),
     )
 
 
@@ -217,9 +242,12 @@ def cluster_up(fresh_apt=False):
     return env
 
 
-def site_cmdline(extra=""):
-    """site.yml's arguments: the simulated repository's URL and key in place of AMD's, the job file."""
-    return f"-e @{os.environ['SIM_VARS_FILE']} -e @{JOB_FILE} {extra}".strip()
+def site_cmdline(extra=()):
+    """site.yml's arguments: the simulated repository's URL and key in place of AMD's, the job file,
+    then ``extra`` (a list of arguments, or a string already quoted for a shell). ansible-runner splits
+    the line with shlex, so each argument is quoted here and reaches ansible-playbook unchanged."""
+    extra = shlex.split(extra) if isinstance(extra, str) else list(extra)
+    return shlex.join(["-e", f"@{os.environ['SIM_VARS_FILE']}", "-e", f"@{JOB_FILE}", *extra])
 
 
 def collect_dir():
@@ -244,7 +272,8 @@ def print_report(result):
 
 def main(argv):
     action = argv[1] if len(argv) > 1 else "up"
-    extra = " ".join(argv[argv.index("--") + 1 :]) if "--" in argv else ""
+    # The arguments after -- stay a list: joined with spaces, a quoted -e would be split apart.
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     if action == "down":
         sandbox_env()
         require(run_playbook(RESOURCES / "sandbox" / "down.yml"))
