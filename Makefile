@@ -1,5 +1,5 @@
 # Entry points; each is a thin wrapper around a script in scripts/ that also runs on its own.
-.PHONY: venv test lint unit molecule e2e sandbox collection bench bench-sandbox clean
+.PHONY: venv test lint unit molecule e2e sandbox collection bench bench-sandbox bench-distribution clean
 
 venv:         ## create or refresh .venv/ (pinned tools and collections)
 	bash scripts/bootstrap-venv.sh
@@ -31,6 +31,10 @@ bench:        ## benchmarks that print figures against their targets
 bench-sandbox: ## wall time of site.yml on the sandbox cluster by stage (BENCH_ARGS=--fresh for a first run)
 	bash scripts/bootstrap-venv.sh && bash scripts/ensure-docker.sh && \
 	  bash -c 'source scripts/env.sh && export INSTINCT_IMAGE_JAMMY_SYSTEMD=$$(molecule/resources/images/build.sh jammy-systemd) && python bench/bench_sandbox.py $(BENCH_ARGS)'
+
+bench-distribution: ## seconds to put a 1 GiB wheel on 8 nodes: node to node against through the controller
+	bash scripts/bootstrap-venv.sh && bash scripts/ensure-docker.sh && \
+	  bash -c 'source scripts/env.sh && export INSTINCT_IMAGE_JAMMY=$$(molecule/resources/images/build.sh jammy) && python bench/bench_distribution.py $(BENCH_ARGS)'
 
 clean:
 	rm -rf .venv .pytest_cache .ruff_cache instinct-finetune-*.tar.gz

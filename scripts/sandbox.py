@@ -12,6 +12,7 @@ scraped text, and the figures are written to artifacts/sandbox/<name>.json for b
     sandbox.py down                   remove the containers and networks
 """
 
+import importlib.util
 import json
 import os
 import shlex
@@ -28,6 +29,21 @@ ROOT = Path(__file__).resolve().parent.parent
 INVENTORY = ROOT / "inventories" / "sandbox"
 JOB_FILE = ROOT / "jobs" / "sandbox-tiny.yml"
 RESOURCES = ROOT / "molecule" / "resources"
+
+
+def _inventory_script():
+    spec = importlib.util.spec_from_file_location("sandbox_inventory", INVENTORY / "hosts.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def nodes():
+    """The sandbox's node names, SANDBOX_NODES of them (default 2), as its inventory lists them.
+    A bad SANDBOX_NODES stops here with the inventory's message (Ansible would only warn that it
+    could not parse the inventory and run on no host)."""
+    script = _inventory_script()
+    return script.inventory(script.node_count(os.environ))["instinct_nodes"]["hosts"]
 
 
 def cache_dir():
@@ -272,6 +288,7 @@ def print_report(result):
 
 def main(argv):
     action = argv[1] if len(argv) > 1 else "up"
+    print(f"sandbox cluster: {len(nodes())} nodes (SANDBOX_NODES)")
     # The arguments after -- stay a list: joined with spaces, a quoted -e would be split apart.
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     if action == "down":

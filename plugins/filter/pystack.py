@@ -16,6 +16,7 @@ class FilterModule:
             "python_source": _wrap(pystack.python_source),
             "pip_requirements": _wrap(pystack.pip_requirements),
             "wheel_build_plan": _wrap(pystack.wheel_build_plan),
+            "wheel_transfers": _wrap(pystack.wheel_transfers),
             "torch_problems": _wrap(pystack.torch_problems),
             "ds_report": _wrap(ds_report.parse_ds_report),
             "ds_op_problems": _wrap(ds_report.ds_op_problems),

@@ -102,6 +102,32 @@ def wheel_build_plan(hosts, archs_by_host):
     return plan
 
 
+def wheel_transfers(builder_files, files_by_peer, name_prefix=""):
+    """What each peer of an arch set must fetch from its builder, judged by sha256.
+
+    ``builder_files`` and each value of ``files_by_peer`` are the results of ``ansible.builtin.find``
+    with ``get_checksum`` and ``checksum_algorithm: sha256`` (dicts with ``path`` and ``checksum``).
+    A peer fetches every file of the builder (whose name starts with ``name_prefix``) that it lacks or
+    holds with another checksum. Returns ``{"files": [{"name", "sha256"}], "fetch": {peer: [names]},
+    "transfers": count}``: the builder serves ``transfers`` downloads, then stops serving."""
+    files = sorted(
+        (
+            {"name": str(f["path"]).rsplit("/", 1)[-1], "sha256": str(f.get("checksum") or "")}
+            for f in builder_files or []
+            if str(f["path"]).rsplit("/", 1)[-1].startswith(name_prefix)
+        ),
+        key=lambda f: f["name"],
+    )
+    missing = [f["name"] for f in files if not f["sha256"]]
+    if missing:
+        raise ValueError(f"no sha256 for the builder's {', '.join(missing)}: list them with get_checksum")
+    fetch = {}
+    for peer, peer_files in (files_by_peer or {}).items():
+        have = {str(f["path"]).rsplit("/", 1)[-1]: str(f.get("checksum") or "") for f in peer_files or []}
+        fetch[peer] = [f["name"] for f in files if have.get(f["name"]) != f["sha256"]]
+    return {"files": files, "fetch": fetch, "transfers": sum(len(names) for names in fetch.values())}
+
+
 def torch_problems(probe, gfx_archs, gpu_count, allow_no_gpu=False):
     """What a torch probe (``torch_probe.py`` JSON) says is wrong on a node, as sentences."""
     problems = []

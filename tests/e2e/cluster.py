@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-NODES = ["instinct-sandbox-node1", "instinct-sandbox-node2"]
 JOB = "sandbox-tiny"
 JOB_ROOT = "/var/lib/instinct-finetune/jobs"
 VENV = "/opt/instinct/venv"
@@ -16,6 +15,9 @@ FABRIC_PREFIX = "172.29.20."
 _spec = importlib.util.spec_from_file_location("sandbox", ROOT / "scripts" / "sandbox.py")
 sandbox = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sandbox)
+
+# SANDBOX_NODES of them (default 2); the first is the master and the Prometheus server.
+NODES = sandbox.nodes()
 
 
 def node(host, *argv, check=True):

@@ -161,3 +161,37 @@ def test_torch_problems_without_gpu():
 def test_torch_problems_accepts_feature_suffixes_in_the_arch_list():
     probe = dict(ROCM_PROBE, arch_list=["gfx942:sramecc+:xnack-"], device_count=1)
     assert torch_problems(probe, ["gfx942"], 1) == []
+
+
+wheel_transfers = FILTERS["wheel_transfers"]
+
+
+def _found(*files):
+    """What ansible.builtin.find returns with get_checksum and checksum_algorithm sha256."""
+    return [{"path": f"/opt/instinct/wheels/deepspeed/0.16.9/cpu/{name}", "checksum": sha} for name, sha in files]
+
+
+def test_wheel_transfers_fetch_only_what_a_peer_lacks_or_holds_with_another_checksum():
+    builder = _found(("deepspeed-0.16.9-py3-none-any.whl", "aa" * 32), ("BUILD-INFO.json", "bb" * 32))
+    peers = {
+        "node2": [],  # a new node: fetches the wheel
+        "node3": _found(("deepspeed-0.16.9-py3-none-any.whl", "aa" * 32)),  # has it: fetches nothing
+        "node4": _found(("deepspeed-0.16.9-py3-none-any.whl", "cc" * 32)),  # a stale copy: fetches again
+    }
+    plan = wheel_transfers(builder, peers, "deepspeed-")
+    assert plan["files"] == [{"name": "deepspeed-0.16.9-py3-none-any.whl", "sha256": "aa" * 32}]
+    assert plan["fetch"] == {"node2": ["deepspeed-0.16.9-py3-none-any.whl"], "node3": [],
+                             "node4": ["deepspeed-0.16.9-py3-none-any.whl"]}  # fmt: skip
+    assert plan["transfers"] == 2
+
+
+def test_wheel_transfers_on_a_converged_arch_set_serve_nothing():
+    builder = _found(("torch-2.10.0-py3-none-any.whl", "aa" * 32))
+    assert wheel_transfers(builder, {"node2": builder}, "torch-")["transfers"] == 0
+    alone = wheel_transfers(builder, {}, "torch-")  # an arch set of one node
+    assert alone["fetch"] == {} and alone["transfers"] == 0
+
+
+def test_wheel_transfers_refuse_a_listing_without_checksums():
+    with pytest.raises(AnsibleFilterError, match="no sha256 for the builder's torch-2.10.0"):
+        wheel_transfers([{"path": "/w/torch-2.10.0-py3-none-any.whl"}], {"node2": []}, "torch-")
