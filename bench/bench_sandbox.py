@@ -7,7 +7,12 @@ host. With --fresh the cluster is removed first, so the figures are those of a f
 containers; without it they are those of a re-run (which should change nothing). With --report
 it only prints the figures of the last recorded run (artifacts/sandbox/site.json).
 
-Run: make bench-sandbox, or scripts/env.sh-ed: python bench/bench_sandbox.py [--fresh | --report]
+With --scale 2 8 it measures, in one run, what issue 20 asks: a first run and a no-change run on new
+clusters of 2 and of 8 nodes, each stage side by side, the no-change run's share of the first (target:
+at most 25%), the 8-node no-change run against the 2-node one (target: at most 1.3x), and the 10
+costliest tasks of the no-change run (from ansible-runner's events).
+
+Run: make bench-sandbox, or scripts/env.sh-ed: python bench/bench_sandbox.py [--fresh | --report | --scale 2 8]
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -46,13 +52,83 @@ def print_figures(report):
             print(f"    {task['seconds']:6.1f}  {task['role'] or '-'}: {task['task']}")
 
 
+def run_site(sandbox, name):
+    result = sandbox.run_playbook(
+        "site.yml",
+        cmdline=sandbox.site_cmdline(),
+        extravars={"finetune_collect_dir": str(sandbox.collect_dir())},
+        quiet=True,
+    )
+    sandbox.write_report(name, result)
+    if result.rc != 0:
+        for failure in result.failures:
+            print(f"FAILED {failure['host']}: {failure['task']}: {failure['msg']}", file=sys.stderr)
+        raise SystemExit(f"site.yml failed on {len(sandbox.nodes())} nodes (rc {result.rc})")
+    return result.to_dict()
+
+
+def first_and_again(sandbox, count):
+    """A first run of site.yml on ``count`` new nodes, then a run that should change nothing."""
+    os.environ["SANDBOX_NODES"] = str(count)
+    sandbox.main(["sandbox.py", "down"])
+    sandbox.cluster_up()
+    first = run_site(sandbox, f"site-{count}-first")
+    again = run_site(sandbox, f"site-{count}-again")
+    changed = sum(again["changed"].values())
+    if changed:
+        raise SystemExit(f"the second run on {count} nodes changed {changed} task results: {again['changed']}")
+    return first, again
+
+
+def print_side_by_side(first, again, count):
+    print(f"\nsite.yml on {count} sandbox nodes: first run {first['seconds']:.0f} s, no-change run "
+          f"{again['seconds']:.0f} s")  # fmt: skip
+    width = max(len(p["play"]) for p in first["plays"])
+    print(f"  {'stage (play)':<{width}}  {'first':>7}  {'again':>7}")
+    for one, two in zip(first["plays"], again["plays"], strict=True):
+        print(f"  {one['play']:<{width}}  {one['seconds']:>7.1f}  {two['seconds']:>7.1f}")
+
+
+def scale(sandbox, counts):
+    """First and no-change runs side by side, at each node count; the ratios against their targets."""
+    results = {count: first_and_again(sandbox, count) for count in counts}
+    for count, (first, again) in results.items():
+        print_side_by_side(first, again, count)
+    small = counts[0]
+    first, again = results[small]
+    verdicts = []
+    ratio = again["seconds"] / first["seconds"]
+    verdicts.append(ratio <= 0.25)
+    print(f"\nno-change run / first run on {small} nodes: {ratio:.0%} (target: at most 25%) "
+          f"{'PASS' if verdicts[-1] else 'FAIL'}")  # fmt: skip
+    for count in counts[1:]:
+        ratio = results[count][1]["seconds"] / again["seconds"]
+        verdicts.append(ratio <= 1.3)
+        print(f"no-change run on {count} nodes / on {small} nodes: {ratio:.2f}x (target: at most 1.3x) "
+              f"{'PASS' if verdicts[-1] else 'FAIL'}")  # fmt: skip
+    walls = sorted(again.get("task_walls", []), key=lambda t: -t["seconds"])
+    print(f"where the no-change run on {small} nodes goes, the 10 costliest of {len(walls)} tasks:")
+    for task in walls[:10]:
+        print(f"  {task['seconds']:6.1f}  {task['role'] or '-'}: {task['task']}")
+    return 0 if all(verdicts) else 1
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--fresh", action="store_true", help="remove the cluster first (a first run)")
     mode.add_argument("--report", action="store_true", help="print the last recorded run only")
+    mode.add_argument(
+        "--scale",
+        type=int,
+        nargs="+",
+        metavar="NODES",
+        help="first and no-change runs on new clusters of these sizes (e.g. 2 8), with the ratios",
+    )
     args = parser.parse_args()
     sandbox = load_sandbox()
+    if args.scale:
+        return scale(sandbox, args.scale)
     if args.report:
         path = sandbox.collect_dir() / "site.json"
         if not path.exists():
@@ -63,15 +139,9 @@ def main():
     if args.fresh:
         sandbox.main(["sandbox.py", "down"])
     sandbox.cluster_up()
-    result = sandbox.run_playbook(
-        "site.yml",
-        cmdline=sandbox.site_cmdline(),
-        extravars={"finetune_collect_dir": str(sandbox.collect_dir())},
-        quiet=True,
-    )
-    sandbox.write_report("site", result)
-    print_figures(result.to_dict())
-    return 0 if result.rc == 0 else 1
+    result = run_site(sandbox, "site")
+    print_figures(result)
+    return 0
 
 
 if __name__ == "__main__":
