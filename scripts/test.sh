@@ -99,7 +99,26 @@ do_collection() {
   rm -rf "$tmp"
 }
 
+# The Docker engine and the test images take minutes, mostly spent waiting on the package archive
+# (debootstrap): when a later stage needs them they are made in the background while lint, syntax,
+# unit and collection keep the CPUs busy, and the images stage then finds them made.
+prebuild_pid=""
+prebuild_images() {
+  mkdir -p "$root/artifacts/test-logs"
+  (
+    bash scripts/ensure-docker.sh
+    for variant in jammy jammy-systemd bookworm; do molecule/resources/images/build.sh "$variant" >/dev/null; done
+  ) >"$root/artifacts/test-logs/images-prebuild.log" 2>&1 &
+  prebuild_pid=$!
+  echo "building the Docker engine and images in the background (artifacts/test-logs/images-prebuild.log)"
+}
+
 do_images() {
+  if [[ -n $prebuild_pid ]]; then
+    # A failure here is reported by the builds below, which run again in the foreground.
+    wait "$prebuild_pid" || echo "the background image build failed; building in the foreground"
+    prebuild_pid=""
+  fi
   if [[ -z $INSTINCT_SITE_PYTHON || ! -x $INSTINCT_SITE_PYTHON/bin/python3.11 ]]; then
     echo "the sandbox and the source-build scenario need a CPython 3.11 prefix in INSTINCT_SITE_PYTHON (got '$INSTINCT_SITE_PYTHON')" >&2
     return 1
@@ -173,7 +192,16 @@ do_integration() {
   [[ $e2e_rc -eq 0 ]] || { echo "end-to-end tests failed (exit $e2e_rc)"; return "$e2e_rc"; }
 }
 
+needs_images=false
 for s in "${stages[@]}"; do
+  [[ $s != integration && $s != molecule && $s != e2e ]] || needs_images=true
+done
+
+for s in "${stages[@]}"; do
+  if [[ $needs_images == true && -z $prebuild_pid && $s != venv ]]; then
+    needs_images=false
+    [[ $s == integration || $s == molecule || $s == e2e ]] || prebuild_images
+  fi
   case $s in
     venv) stage "controller venv" do_venv ;;
     lint) do_lint ;;
