@@ -1,18 +1,29 @@
 """The sandbox cluster, brought up once per session: site.yml from bare containers with the sandbox
 job (jobs/sandbox-tiny.yml). Every e2e module reads the same converged cluster."""
 
+import time
+
 import pytest
-from cluster import sandbox
+from cluster import NODES, node, sandbox
 
 
 @pytest.fixture(scope="session")
-def site():
+def site(tmp_path_factory):
     # Whatever the age of the image or of a cluster kept from an earlier run, site.yml starts on apt
     # lists that are empty and new (the state that made issue 15's "No package matching").
     sandbox.cluster_up(fresh_apt=True)
+    # And every node but the first lacks DeepSpeed's wheel, so that the run always shows it moving
+    # node to node (built by node1 on new nodes, or served from its earlier build).
+    for host in NODES[1:]:
+        node(host, "rm", "-rf", "/opt/instinct/wheels/deepspeed")
+    # Files the run leaves on the controller are those newer than this (test_sandbox_nodes.py).
+    marker = tmp_path_factory.mktemp("site") / "before-site-yml"
+    marker.touch()
+    time.sleep(1)
     result = sandbox.run_playbook(
         "site.yml", cmdline=sandbox.site_cmdline(), extravars={"finetune_collect_dir": str(sandbox.collect_dir())}
     )
+    result.started_marker = marker
     sandbox.write_report("site", result)
     sandbox.print_report(result)
     return result

@@ -9,11 +9,10 @@ the same roles on the same image, so they are read here instead of being install
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from cluster import NODES, ROOT, VENV, as_trainer, debug_messages, node, sandbox
+from cluster import NODES, VENV, as_trainer, debug_messages, node
 
 PY = f"{VENV}/bin/python"
 WHEEL_DIR = "/srv/wheels"  # the stand-in for PyTorch's CPU index (scripts/sandbox.py), read-only
@@ -142,32 +141,26 @@ def test_deepspeed_was_built_once_for_both_nodes_with_its_cpu_ops(converged):
     assert "DS_BUILD_CPU_ADAM=1" in log and "DS_BUILD_SHM_COMM=1" in log
 
 
-def test_a_node_without_the_wheel_fetches_it_from_the_builder_and_the_controller_never_holds_it(converged, tmp_path):
-    """Node to node: node2 loses its copy, the deepspeed role runs again, and node1 (the builder)
-    serves the wheel over the management network; node2 checks the sha256. No wheel file appears on
-    the controller during the run (its whole filesystem is searched, the containers' layers aside)."""
-    builder, peer = NODES[0], NODES[1]
+def test_the_other_nodes_fetched_the_wheel_from_the_builder_and_the_controller_never_held_it(converged):
+    """Node to node: the site fixture left node2 without DeepSpeed's wheel; node1 (the builder) served
+    it over the management network and node2 checked its sha256. No wheel file appeared on the
+    controller during the run (its whole filesystem is searched, the containers' layers aside)."""
+    builder, peers = NODES[0], NODES[1:]
     (folder,) = node(builder, "sh", "-c", "ls -d /opt/instinct/wheels/deepspeed/0.16.9/cpu-ops*").stdout.split()
     (wheel,) = node(builder, "sh", "-c", f"ls {folder}/*.whl").stdout.split()
     want = node(builder, "sha256sum", wheel).stdout.split()[0]
-    node(peer, "rm", "-f", wheel)
-    marker = tmp_path / "before-the-run"
-    marker.touch()
-    time.sleep(1)
-    result = sandbox.run_playbook(ROOT / "tests" / "e2e" / "playbooks" / "deepspeed.yml", quiet=True)
-    assert result.rc == 0, result.failures
-    assert node(peer, "sha256sum", wheel).stdout.split()[0] == want
-    assert node(peer, "stat", "-c", "%U %a", wheel).stdout.split() == ["instinct", "644"]
-    assert result.ran("Fetch the wheels from the arch set's builder and check their sha256") == [peer]
-    # Only the missing file moved, and the venv was left alone (pip records the same file).
-    assert result.changed_tasks() == [(peer, "Fetch the wheels from the arch set's builder and check their sha256")]
-    (served,) = debug_messages(result, "Show what the builder served").values()
-    peer_mgmt = node(peer, "sh", "-c", "ip -4 -o addr show | grep 172.29.10.").stdout.split()[3].split("/")[0]
-    sent = [line for line in served if line.startswith(f"sent {Path(wheel).name} (") and f" to {peer_mgmt} in " in line]
-    assert len(sent) == 1, served
+    for peer in peers:
+        assert node(peer, "sha256sum", wheel).stdout.split()[0] == want
+        assert node(peer, "stat", "-c", "%U %a", wheel).stdout.split() == ["instinct", "644"]
+    assert converged.ran("Fetch the wheels from the arch set's builder and check their sha256") == sorted(peers)
+    (served,) = debug_messages(converged, "Show what the builder served").values()
+    for peer in peers:
+        address = node(peer, "sh", "-c", "ip -4 -o addr show | grep 172.29.10.").stdout.split()[3].split("/")[0]
+        sent = [line for line in served if line.startswith(f"sent {Path(wheel).name} (") and f" to {address} " in line]
+        assert len(sent) == 1, served
     found = subprocess.run(
         ["find", "/", "-xdev", "(", "-path", "/var/lib/docker", "-o", "-path", "/proc", ")", "-prune", "-o",
-         "-newer", str(marker), "-name", "deepspeed-*.whl", "-print"],
+         "-newer", str(converged.started_marker), "-name", "deepspeed-*.whl", "-print"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert found.stdout.split() == [], found.stdout
