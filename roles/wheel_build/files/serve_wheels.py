@@ -25,7 +25,8 @@ def main(argv):
     lock = threading.Lock()
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - the name http.server calls
+        # do_GET: the name http.server calls.
+        def do_GET(self):
             path = allowed.get(self.path)
             if path is None:
                 self.send_error(404, "not a wheel of this build")

@@ -193,5 +193,5 @@ def test_wheel_transfers_on_a_converged_arch_set_serve_nothing():
 
 
 def test_wheel_transfers_refuse_a_listing_without_checksums():
-    with pytest.raises(AnsibleFilterError, match="no sha256 for the builder's torch-2.10.0"):
+    with pytest.raises(AnsibleFilterError, match=r"no sha256 for the builder's torch-2\.10\.0"):
         wheel_transfers([{"path": "/w/torch-2.10.0-py3-none-any.whl"}], {"node2": []}, "torch-")
