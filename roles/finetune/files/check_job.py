@@ -6,8 +6,9 @@ Run in the node's training venv (the finetune role runs it before it writes a fi
 is base64 of a JSON document ``{"train": {...}, "deepspeed": {...} or null, "world_size": N,
 "device": "rocm" | "cpu"}``; for each it prints one line ``instinct-check-job: {"problems": [...],
 "checked": [...], "adjusted": [...]}`` among the libraries' own log lines (the libraries load once
-for all of them). Exit 0 when it could check, problems
-or not; a library that does not import fails it with Python's traceback.
+for all of them). Exit 0 when every spec passed, 3 when it could check and found problems; a library
+that does not import fails it with Python's traceback. The role runs it through venv_probe, which
+records an answer of exit 0 so that an unchanged job on an unchanged venv is not checked again.
 
 1. LLaMA-Factory's own argument parser (transformers' HfArgumentParser over its dataclasses): an
    unknown or mistyped key of ``finetune_extra_args``, and every check of TrainingArguments'
@@ -22,27 +23,19 @@ A job rendered for GPUs and checked on a host without one (the unit tests) is pa
 ``adjusted``. On a node the device is the node's own and nothing is adjusted. A CPU job (Gloo) is
 parsed inside a process group of this one process on a loopback port, as TrainingArguments sets up
 its device while it is built.
-
-A check that passed is not proved again while nothing it depends on changed: with
-``INSTINCT_CHECK_JOB_STAMP`` (a file) and ``INSTINCT_CHECK_JOB_SCRIPT`` (this script's sha256, as the
-role ships it) set, each spec's key is the sha256 of the script, the spec, this Python and every
-distribution's name and version in the venv, and the GPU device nodes the host shows. A spec whose
-key the file holds is answered from it (``"cached": true``), without importing the libraries (about
-ten seconds of a no-change run). Only checks without problems are recorded, only when
-``INSTINCT_CHECK_JOB_RECORD`` is ``yes`` (not in check mode), and the file keeps only the keys of
-its latest run, so that it stays one small file per job.
 """
 
 import base64
 import copy
-import glob
-import hashlib
-import importlib.metadata
 import json
-import os
 import socket
 import sys
-import tempfile
+
+import torch
+import torch.distributed as dist
+from deepspeed.runtime.config import DeepSpeedConfig
+from llamafactory.hparams.parser import _parse_train_args  # LLaMA-Factory 0.9.5's own parser
+from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
 
 # DeepSpeed's and transformers' loggers write to stdout too: each result line starts with this.
 MARK = "instinct-check-job: "
@@ -61,8 +54,6 @@ class _AtWorldSize:
 
 
 def _host_has_gpu():
-    import torch  # noqa: PLC0415 - the libraries load only when a check is not cached
-
     return bool(torch.cuda.is_available() and torch.cuda.device_count() > 0)
 
 
@@ -70,8 +61,6 @@ def _one_process_gloo_group():
     """TrainingArguments sets up its device as it is built; with ddp_backend gloo (CPU nodes),
     accelerate then expects torch.distributed to be initialised. A group of this one process on a
     free loopback port stands in for the job's (it never talks to another host)."""
-    import torch.distributed as dist  # noqa: PLC0415
-
     if dist.is_initialized():
         return
     with socket.socket() as probe:
@@ -81,11 +70,6 @@ def _one_process_gloo_group():
 
 
 def check(spec):
-    # The libraries load only when a check is not cached (they take most of its time).
-    from deepspeed.runtime.config import DeepSpeedConfig  # noqa: PLC0415
-    from llamafactory.hparams.parser import _parse_train_args  # noqa: PLC0415 - LLaMA-Factory 0.9.5's own parser
-    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig  # noqa: PLC0415
-
     problems, checked, adjusted = [], [], []
     train = dict(spec["train"])
     ds_config = spec.get("deepspeed")
@@ -131,64 +115,13 @@ def check(spec):
     return {"problems": problems, "checked": checked, "adjusted": adjusted}
 
 
-def environment():
-    """What a passed check depends on besides its spec and this script."""
-    packages = sorted(
-        f"{dist.metadata['Name']}=={dist.version}".lower()
-        for dist in importlib.metadata.distributions()
-        if dist.metadata["Name"]
-    )
-    devices = sorted(glob.glob("/dev/dri/renderD*") + glob.glob("/dev/kfd") + glob.glob("/dev/nvidia[0-9]*"))
-    return {"python": sys.version, "packages": packages, "devices": devices}
-
-
-def stamp_key(script_sha, spec, env):
-    text = json.dumps({"script": script_sha, "spec": spec, "environment": env}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def read_stamps(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            stamps = json.load(handle)
-    except (OSError, ValueError):
-        return {}
-    return stamps if isinstance(stamps, dict) else {}
-
-
-def write_stamps(path, stamps):
-    """Replaced atomically, so that a run cut off mid-write leaves the old file or none."""
-    folder = os.path.dirname(path)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".check-job-")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(stamps, handle, sort_keys=True)
-    os.replace(tmp, path)
-
-
-def main(argv, environ=os.environ):
-    specs = [json.loads(base64.b64decode(encoded)) for encoded in argv[1:]]
-    stamp_path = os.path.expanduser(environ.get("INSTINCT_CHECK_JOB_STAMP", ""))
-    script_sha = environ.get("INSTINCT_CHECK_JOB_SCRIPT", "")
-    use_stamps = bool(stamp_path and script_sha)
-    stamps = read_stamps(stamp_path) if use_stamps else {}
-    env = environment() if use_stamps else None
-    passed = {}
-    for spec in specs:
-        key = stamp_key(script_sha, spec, env) if use_stamps else None
-        if key is not None and isinstance(stamps.get(key), dict):
-            result = dict(stamps[key], cached=True)
-        else:
-            result = check(spec)
-        if key is not None and not result["problems"]:
-            passed[key] = {name: value for name, value in result.items() if name != "cached"}
+def main(argv):
+    found = False
+    for encoded in argv[1:]:
+        result = check(json.loads(base64.b64decode(encoded)))
+        found = found or bool(result["problems"])
         print(MARK + json.dumps(result), flush=True)
-    if use_stamps and environ.get("INSTINCT_CHECK_JOB_RECORD") == "yes" and passed != stamps:
-        try:
-            write_stamps(stamp_path, passed)
-        except OSError as error:  # a cache it cannot keep costs time, not correctness
-            print(f"check_job: cannot record passed checks in {stamp_path}: {error}", file=sys.stderr)
-    return 0
+    return 3 if found else 0
 
 
 if __name__ == "__main__":

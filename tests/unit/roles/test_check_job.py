@@ -6,11 +6,9 @@ setting must be refused by the library that would refuse it at run time."""
 
 import base64
 import copy
-import importlib.machinery
 import json
 import os
 import subprocess
-import types
 from pathlib import Path
 
 import pytest
@@ -39,17 +37,19 @@ def spec(files, device, world_size=16):
     return {"train": files["train"], "deepspeed": files["deepspeed"], "world_size": world_size, "device": device}
 
 
-def check(python, specs, env=None):
+def check(python, specs):
     encoded = [base64.b64encode(json.dumps(s).encode()).decode() for s in specs]
     proc = subprocess.run(
-        [python, str(CHECK), *encoded], capture_output=True, text=True, timeout=600, check=False, cwd=ROOT, env=env
+        [python, str(CHECK), *encoded], capture_output=True, text=True, timeout=600, check=False, cwd=ROOT
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode in (0, 3), proc.stderr[-3000:]
     # No setting the role writes is one transformers has deprecated (it logs them as it parses).
     assert "is deprecated" not in proc.stderr, [line for line in proc.stderr.splitlines() if "deprecated" in line]
     mark = "instinct-check-job: "
     results = [json.loads(line[len(mark) :]) for line in proc.stdout.splitlines() if line.startswith(mark)]
     assert len(results) == len(specs), proc.stdout
+    # Exit 0 only when every spec passed: venv_probe records only that answer.
+    assert proc.returncode == (3 if any(r["problems"] for r in results) else 0)
     return results
 
 
@@ -121,62 +121,3 @@ def test_the_libraries_refuse_what_the_role_must_never_launch(train_python):
     assert "`sync_module_states` must be" in problems[4][0]
     assert problems[5] == []
     assert "ds train_batch_size=64 vs hf train_batch_size (calculated)=128" in problems[6][0]
-
-
-def load_script():
-    """check_job.py as a module: it imports the training libraries only inside check()."""
-    loader = importlib.machinery.SourceFileLoader("check_job_script", str(CHECK))
-    module = types.ModuleType(loader.name)
-    loader.exec_module(module)
-    return module
-
-
-def test_a_passed_check_is_answered_from_its_record_until_something_it_depends_on_changes(train_python, tmp_path):
-    stamp = tmp_path / "cache" / "check-job" / "job.json"
-    env = {**os.environ, "INSTINCT_CHECK_JOB_STAMP": str(stamp), "INSTINCT_CHECK_JOB_SCRIPT": "a" * 64}
-    good = spec(zero3(), "rocm")
-    bad = copy.deepcopy(good)
-    bad["train"]["lora_rnak"] = 16
-
-    # Check mode records nothing.
-    first = check(train_python, [good, bad], {**env, "INSTINCT_CHECK_JOB_RECORD": "no"})
-    assert not stamp.exists()
-    assert [r.get("cached") for r in first] == [None, None]
-
-    env["INSTINCT_CHECK_JOB_RECORD"] = "yes"
-    recorded = check(train_python, [good, bad], env)
-    assert recorded == first
-    assert len(json.loads(stamp.read_text())) == 1  # the passed check only
-
-    again = check(train_python, [good, bad], env)
-    assert again[0] == {**first[0], "cached": True}
-    # The problem is found again by the libraries, never answered from the record.
-    assert "cached" not in again[1]
-    assert again[1]["problems"] == first[1]["problems"]
-
-    # Another spec, or the same spec checked by another version of the script, is proved again.
-    changed = copy.deepcopy(good)
-    changed["train"]["lora_rank"] = 4
-    assert "cached" not in check(train_python, [changed], env)[0]
-    assert "cached" not in check(train_python, [good], {**env, "INSTINCT_CHECK_JOB_SCRIPT": "b" * 64})[0]
-    # The record keeps only its latest run's keys.
-    assert len(json.loads(stamp.read_text())) == 1
-
-
-def test_the_record_key_covers_the_venv_python_and_devices():
-    script = load_script()
-    env = script.environment()
-    assert any(package.startswith("pytest==") for package in env["packages"])
-    base = script.stamp_key("a" * 64, {"train": {}}, env)
-    assert script.stamp_key("a" * 64, {"train": {}}, dict(env)) == base
-    upgraded = dict(env, packages=[*env["packages"], "deepspeed==0.99.0"])
-    assert script.stamp_key("a" * 64, {"train": {}}, upgraded) != base
-    assert script.stamp_key("a" * 64, {"train": {}}, dict(env, python="3.12.0")) != base
-    assert script.stamp_key("a" * 64, {"train": {}}, dict(env, devices=["/dev/kfd"])) != base
-
-
-def test_an_unreadable_record_is_no_record(tmp_path):
-    script = load_script()
-    (tmp_path / "job.json").write_text("{not json")
-    assert script.read_stamps(str(tmp_path / "job.json")) == {}
-    assert script.read_stamps(str(tmp_path / "absent.json")) == {}
