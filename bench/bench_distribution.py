@@ -67,7 +67,6 @@ NODE_TO_NODE = textwrap.dedent(
         - name: Plan as the role does (the first node builds for the set)
           ansible.builtin.set_fact:
             wheel_build_plan_entry: {builder: "{{ groups['nodes'][0] }}", hosts: "{{ groups['nodes'] }}"}
-            wheel_build_serve_url: "http://{{ ansible_facts['default_ipv4']['address'] }}:8790"
 
         - name: Share the wheel with the other nodes of the arch set
           ansible.builtin.include_role:

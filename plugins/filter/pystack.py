@@ -15,6 +15,7 @@ class FilterModule:
         return {
             "python_source": _wrap(pystack.python_source),
             "pip_requirements": _wrap(pystack.pip_requirements),
+            "pip_report_pins": _wrap(pystack.pip_report_pins),
             "wheel_build_plan": _wrap(pystack.wheel_build_plan),
             "wheel_transfers": _wrap(pystack.wheel_transfers),
             "torch_problems": _wrap(pystack.torch_problems),

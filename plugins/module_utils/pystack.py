@@ -85,6 +85,34 @@ def pip_requirements(report, extras=None, exclude=None):
     return wanted
 
 
+def pip_report_pins(report, exclude=None):
+    """What a ``pip install --dry-run --report`` would install, as exact pins for ``pip wheel
+    --no-deps``: ``name==version`` for a release from an index, ``name @ URL`` for a direct reference
+    (a URL or a VCS checkout, whose version an index cannot give). ``exclude`` names are left out.
+    Sorted by name, so that every node that reads the same report gets the same list."""
+    excluded = {_canonical(e) for e in (exclude or [])}
+    pins = {}
+    for item in (report or {}).get("install") or []:
+        metadata = item.get("metadata") or {}
+        name, version = metadata.get("name"), metadata.get("version")
+        if not name or not version:
+            raise ValueError(f"a pip report entry without a name or version: {item.get('download_info')}")
+        if _canonical(name) in excluded:
+            continue
+        info = item.get("download_info") or {}
+        if item.get("is_direct"):
+            url = str(info.get("url") or "")
+            commit = (info.get("vcs_info") or {}).get("commit_id")
+            if "vcs_info" in info:
+                url = f"{info['vcs_info'].get('vcs', 'git')}+{url}@{commit}" if commit else url
+            if not url:
+                raise ValueError(f"{name} {version} is a direct reference without a URL")
+            pins[_canonical(name)] = f"{name} @ {url}"
+        else:
+            pins[_canonical(name)] = f"{name}=={version}"
+    return [pins[key] for key in sorted(pins)]
+
+
 def wheel_build_plan(hosts, archs_by_host):
     """Group hosts by the arch set they need; the first host (inventory order) of each set builds.
 

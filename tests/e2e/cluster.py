@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 JOB = "sandbox-tiny"
 JOB_ROOT = "/var/lib/instinct-finetune/jobs"
 VENV = "/opt/instinct/venv"
+LF_SETS = "/opt/instinct/wheels/llama-factory"  # llama_factory_dependency_root
 FABRIC_PREFIX = "172.29.20."
 
 _spec = importlib.util.spec_from_file_location("sandbox", ROOT / "scripts" / "sandbox.py")
@@ -37,6 +38,16 @@ def node_python(host, code):
 def debug_messages(result, task):
     """The messages of a debug task, by host."""
     return {d["host"]: d["msg"] for d in result.debug if task in (d["task"] or "")}
+
+
+def served_lines(result, host):
+    """Every line the wheel servers on ``host`` printed (the share step's report, once per share)."""
+    return [
+        line
+        for d in result.debug
+        if d["host"] == host and "Show what the builder served" in (d["task"] or "")
+        for line in (d["msg"] if isinstance(d["msg"], list) else str(d["msg"]).splitlines())
+    ]
 
 
 def summary_lines(result):

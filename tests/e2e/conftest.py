@@ -4,7 +4,7 @@ job (jobs/sandbox-tiny.yml). Every e2e module reads the same converged cluster."
 import time
 
 import pytest
-from cluster import NODES, node, sandbox
+from cluster import LF_SETS, NODES, VENV, node, sandbox
 
 
 @pytest.fixture(scope="session")
@@ -16,6 +16,13 @@ def site(tmp_path_factory):
     # node to node (built by node1 on new nodes, or served from its earlier build).
     for host in NODES[1:]:
         node(host, "rm", "-rf", "/opt/instinct/wheels/deepspeed")
+    # And on a kept cluster, LLaMA-Factory and two of its dependencies are gone from every node, with
+    # every node's copy of its dependency set, so that node1 fetches the set again and serves it (on
+    # new nodes nothing is installed yet and the whole set travels).
+    for host in NODES:
+        node(host, "rm", "-rf", LF_SETS)
+        node(host, "sh", "-c", f"test ! -x {VENV}/bin/pip || sudo -H -u instinct {VENV}/bin/pip uninstall -y -q "
+             "llamafactory fire termcolor", check=False)  # fmt: skip
     # Files the run leaves on the controller are those newer than this (test_sandbox_nodes.py).
     marker = tmp_path_factory.mktemp("site") / "before-site-yml"
     marker.touch()

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cluster import NODES, VENV, as_trainer, debug_messages, node
+from cluster import LF_SETS, NODES, VENV, as_trainer, node, served_lines
 
 PY = f"{VENV}/bin/python"
 WHEEL_DIR = "/srv/wheels"  # the stand-in for PyTorch's CPU index (scripts/sandbox.py), read-only
@@ -153,17 +153,48 @@ def test_the_other_nodes_fetched_the_wheel_from_the_builder_and_the_controller_n
         assert node(peer, "sha256sum", wheel).stdout.split()[0] == want
         assert node(peer, "stat", "-c", "%U %a", wheel).stdout.split() == ["instinct", "644"]
     assert converged.ran("Fetch the wheels from the arch set's builder and check their sha256") == sorted(peers)
-    (served,) = debug_messages(converged, "Show what the builder served").values()
+    served = served_lines(converged, builder)
     for peer in peers:
-        address = node(peer, "sh", "-c", "ip -4 -o addr show | grep 172.29.10.").stdout.split()[3].split("/")[0]
-        sent = [line for line in served if line.startswith(f"sent {Path(wheel).name} (") and f" to {address} " in line]
+        to_peer = f" to {mgmt(peer)} "
+        sent = [line for line in served if line.startswith(f"sent {Path(wheel).name} (") and to_peer in line]
         assert len(sent) == 1, served
+    # No wheel at all (DeepSpeed's, LLaMA-Factory's dependency set) appeared on the controller.
     found = subprocess.run(
         ["find", "/", "-xdev", "(", "-path", "/var/lib/docker", "-o", "-path", "/proc", ")", "-prune", "-o",
-         "-newer", str(converged.started_marker), "-name", "deepspeed-*.whl", "-print"],
+         "-newer", str(converged.started_marker), "-name", "*.whl", "-print"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert found.stdout.split() == [], found.stdout
+
+
+def mgmt(host):
+    """A node's address on the management network (where wheels are served)."""
+    return node(host, "sh", "-c", "ip -4 -o addr show | grep 172.29.10.").stdout.split()[3].split("/")[0]
+
+
+def test_llama_factorys_dependency_set_was_fetched_once_and_served_node_to_node(converged):
+    """The site fixture removed LLaMA-Factory, two of its dependencies and every copy of the set:
+    node1 alone asked the index for the set, served it, the others checked each wheel's sha256 and
+    every node installed from its own copy."""
+    builder, peers = NODES[0], NODES[1:]
+    assert converged.ran("Fetch or build every wheel of the set") == [builder]
+    (folder,) = node(builder, "sh", "-c", f"ls -d {LF_SETS}/*/").stdout.split()
+    assert node(builder, "test", "-f", f"{folder}/.complete", check=False).returncode == 0
+    listing = node(builder, "sh", "-c", f"cd {folder} && sha256sum *.whl").stdout
+    wheels = [line.split()[1] for line in listing.splitlines()]
+    assert any(w.startswith("fire-") for w in wheels) and any(w.startswith("termcolor-") for w in wheels), wheels
+    served = served_lines(converged, builder)
+    for peer in peers:
+        assert node(peer, "sh", "-c", f"cd {folder} && sha256sum *.whl").stdout == listing
+        for wheel in wheels:
+            assert [line for line in served if line.startswith(f"sent {wheel} (") and f" to {mgmt(peer)} " in line]
+    # Every node installed the removed dependencies again, at the version of the set's wheel (the
+    # install step runs with --no-index: the copy was all it could install from).
+    (fire,) = [w for w in wheels if w.startswith("fire-")]
+    for host in NODES:
+        out = as_trainer(host, PY, "-c", "import importlib.metadata as m; print(m.version('fire'))")
+        assert out.returncode == 0, out.stderr
+        assert fire.startswith(f"fire-{out.stdout.strip()}-"), (fire, out.stdout)
 
 
 def test_deepspeeds_cpu_ops_load_without_a_compile(host):

@@ -1,3 +1,4 @@
+import gzip
 import json
 
 import pytest
@@ -195,3 +196,44 @@ def test_wheel_transfers_on_a_converged_arch_set_serve_nothing():
 def test_wheel_transfers_refuse_a_listing_without_checksums():
     with pytest.raises(AnsibleFilterError, match=r"no sha256 for the builder's torch-2\.10\.0"):
         wheel_transfers([{"path": "/w/torch-2.10.0-py3-none-any.whl"}], {"node2": []}, "torch-")
+
+
+pip_report_pins = FILTERS["pip_report_pins"]
+DEPS_REPORT = json.loads(gzip.decompress((FIXTURES / "pip" / "llamafactory-0.9.5-deps-report.json.gz").read_bytes()))
+
+
+def test_pip_report_pins_pin_every_distribution_the_dry_run_would_install():
+    pins = pip_report_pins(DEPS_REPORT)
+    assert len(pins) == len(DEPS_REPORT["install"]) == 97
+    wanted = {(i["metadata"]["name"], i["metadata"]["version"]) for i in DEPS_REPORT["install"]}
+    assert {tuple(pin.split("==")) for pin in pins} == wanted
+    assert "transformers==" + next(v for n, v in wanted if n == "transformers") in pins
+    # One order for every node that reads the same report: by pip's name, whatever the report's order.
+    shuffled = dict(DEPS_REPORT, install=list(reversed(DEPS_REPORT["install"])))
+    assert pip_report_pins(shuffled) == pins
+    assert pins.index("PyYAML==" + dict(wanted)["PyYAML"]) > pins.index("pydub==" + dict(wanted)["pydub"])
+
+
+def test_pip_report_pins_leave_out_what_is_excluded_by_pips_name_rules():
+    pins = pip_report_pins(DEPS_REPORT, ["MARKUPSAFE", "pyyaml", "hf_transfer"])
+    assert len(pins) == 94
+    assert not any(pin.lower().startswith(("markupsafe==", "pyyaml==", "hf_transfer==")) for pin in pins)
+
+
+def test_pip_report_pins_keep_a_direct_reference_as_its_url():
+    entry = next(i for i in LF_REPORT["install"] if i["metadata"]["name"] == "llamafactory")
+    git = dict(entry, is_direct=True, download_info={
+        "url": "https://github.com/hiyouga/LLaMA-Factory.git",
+        "vcs_info": {"vcs": "git", "commit_id": "0123456789abcdef0123456789abcdef01234567"},
+    })  # fmt: skip
+    assert pip_report_pins({"install": [git]}) == [
+        "llamafactory @ git+https://github.com/hiyouga/LLaMA-Factory.git@0123456789abcdef0123456789abcdef01234567"
+    ]
+    archive = dict(entry, is_direct=True)
+    assert pip_report_pins({"install": [archive]}) == [f"llamafactory @ {entry['download_info']['url']}"]
+
+
+def test_pip_report_pins_refuse_an_entry_without_a_version():
+    broken = {"install": [{"metadata": {"name": "peft"}, "download_info": {"url": "https://x/peft.whl"}}]}
+    with pytest.raises(AnsibleFilterError, match="without a name or version"):
+        pip_report_pins(broken)
