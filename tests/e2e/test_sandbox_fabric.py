@@ -49,7 +49,13 @@ def test_the_env_file_holds_the_fabric_nic_and_the_master_on_it(converged):
         assert mode == ["644", "root"]
         env = env_file(host)
         assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == nics[host]
-        assert env["HSA_FORCE_FINE_GRAIN_PCIE"] == "1"
+        # The simulated nodes show MI300X GPUs (gfx942): AMD's training settings for that arch.
+        assert {k: env.get(k) for k in ("TORCH_NCCL_HIGH_PRIORITY", "GPU_MAX_HW_QUEUES", "HSA_NO_SCRATCH_RECLAIM",
+                                        "RCCL_MSCCL_ENABLE")} == {"TORCH_NCCL_HIGH_PRIORITY": "1",
+                                                                  "GPU_MAX_HW_QUEUES": "2",
+                                                                  "HSA_NO_SCRATCH_RECLAIM": "1",
+                                                                  "RCCL_MSCCL_ENABLE": "0"}  # fmt: skip
+        assert "HSA_FORCE_FINE_GRAIN_PCIE" not in env  # for PCIe-connected GPUs; MI300X's are on xGMI
         assert env["PYTORCH_HIP_ALLOC_CONF"] == env["PYTORCH_ALLOC_CONF"] == "max_split_size_mb:512"
         assert ipaddress.ip_address(env["MASTER_ADDR"]) in FABRIC
         assert env["MASTER_PORT"] == "29500"

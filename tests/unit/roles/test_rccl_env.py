@@ -1,0 +1,92 @@
+"""What the fabric role writes to rccl.env: the role's own template rendered with the settings the
+rccl_env filter orders, from the role's defaults (AMD's MI300X settings and their archs), read back
+as systemd and the launcher read it."""
+
+import jinja2
+import yaml
+
+from ansible_collections.instinct.finetune.plugins.module_utils.jobspec import parse_env_file
+from ansible_collections.instinct.finetune.plugins.module_utils.rccl_env import rccl_env_settings
+from tests.unit.conftest import ROOT
+
+ROLE = ROOT / "roles" / "fabric"
+DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+EIGHT_RAILS = [f"mlx5_{n}:1" for n in (0, 1, 2, 3, 4, 5, 8, 9)]
+AMD = {"TORCH_NCCL_HIGH_PRIORITY", "GPU_MAX_HW_QUEUES", "HSA_NO_SCRATCH_RECLAIM", "RCCL_MSCCL_ENABLE"}
+
+
+def arch_settings(**overrides):
+    """vars/main.yml's fabric_arch_settings with the defaults' values (as Ansible templates them)."""
+    values = dict(DEFAULTS, **overrides)
+    table = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["fabric_arch_settings"]
+    env = jinja2.Environment()  # noqa: S701 - settings, not HTML
+    return [
+        dict(entry, value=env.from_string(entry["value"]).render(values), archs=values["fabric_amd_settings_archs"])
+        for entry in table
+    ]
+
+
+def render(gfx_archs, hcas, gid_index="", extra=None, **overrides):
+    node = {
+        "ifname": "ens50f0",
+        "reason": "matched cidr 10.10.0.0/16",
+        "nccl_debug": DEFAULTS["fabric_nccl_debug"],
+        "hcas": hcas,
+        "gid_index": gid_index,
+        "gfx_archs": gfx_archs,
+        "arch_settings": arch_settings(**overrides),
+        "alloc_conf": DEFAULTS["fabric_hip_alloc_conf"],
+        "master_addr": "10.10.0.11",
+        "master_port": 29500,
+        "extra": extra or {},
+    }
+    # An env file, not HTML: nothing to escape.
+    template = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True).from_string(  # noqa: S701
+        (ROLE / "templates" / "rccl.env.j2").read_text()
+    )
+    text = template.render(
+        fabric_env_settings=rccl_env_settings(node),
+        inventory_hostname="node1",
+        ansible_managed="managed",
+        fabric_profile_path="/etc/profile.d/instinct-rccl.sh",
+    )
+    return text, parse_env_file(text)
+
+
+def test_an_eight_rail_mi300x_node_gets_every_hca_and_amds_settings():
+    text, env = render(["gfx942"], EIGHT_RAILS, gid_index=3)
+    assert env["NCCL_IB_HCA"] == ",".join(EIGHT_RAILS)
+    assert env["NCCL_IB_GID_INDEX"] == "3"
+    assert {name: env[name] for name in AMD} == {
+        "TORCH_NCCL_HIGH_PRIORITY": "1",
+        "GPU_MAX_HW_QUEUES": "2",
+        "HSA_NO_SCRATCH_RECLAIM": "1",
+        "RCCL_MSCCL_ENABLE": "0",
+    }
+    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "ens50f0"
+    # Every AMD setting says where it comes from, on the line above it.
+    lines = text.splitlines()
+    for name in AMD:
+        above = lines[lines.index(f"{name}={env[name]}") - 1]
+        assert above.startswith("# for gfx942: ") and len(above) > 30, above
+
+
+def test_a_cpu_node_gets_none_of_them():
+    _, env = render([], [])
+    assert not AMD & set(env)
+    assert "NCCL_IB_HCA" not in env and "NCCL_IB_GID_INDEX" not in env
+    assert env["GLOO_SOCKET_IFNAME"] == "ens50f0" and env["MASTER_ADDR"] == "10.10.0.11"
+
+
+def test_another_arch_gets_none_and_an_empty_value_leaves_one_out():
+    _, env = render(["gfx90a"], ["mlx5_0:1"])
+    assert not AMD & set(env)
+    _, env = render(["gfx942"], [], fabric_gpu_max_hw_queues="")
+    assert "GPU_MAX_HW_QUEUES" not in env and "TORCH_NCCL_HIGH_PRIORITY" in env
+
+
+def test_the_users_own_variables_win_with_one_line_per_name():
+    text, env = render(["gfx942"], [], extra={"HSA_NO_SCRATCH_RECLAIM": "0", "NCCL_DEBUG": "INFO"})
+    assert env["HSA_NO_SCRATCH_RECLAIM"] == "0" and env["NCCL_DEBUG"] == "INFO"
+    names = [line.split("=", 1)[0] for line in text.splitlines() if line and not line.startswith("#")]
+    assert len(names) == len(set(names))
