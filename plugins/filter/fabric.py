@@ -3,7 +3,7 @@
 from __future__ import absolute_import, division, print_function
 
 from ansible_collections.instinct.finetune.plugins.filter.build import _wrap
-from ansible_collections.instinct.finetune.plugins.module_utils import rccl_env, rccl_perf
+from ansible_collections.instinct.finetune.plugins.module_utils import rccl_env, rccl_perf, rdma
 
 __metaclass__ = type
 
@@ -18,4 +18,5 @@ class FilterModule:
             "allreduce_thresholds": _wrap(rccl_perf.thresholds_for),
             "allreduce_gate_problems": _wrap(rccl_perf.gate_problems),
             "allreduce_layout": _wrap(rccl_perf.allreduce_layout),
+            "rdma_gid_index_problems": _wrap(rdma.gid_index_problems),
         }

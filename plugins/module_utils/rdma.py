@@ -1,0 +1,225 @@
+# Copyright: instinct.finetune contributors
+# Apache License 2.0 (see LICENSE)
+"""The RDMA ports of a node and what RCCL is given of them: NCCL_IB_HCA (every active port, or the
+ports the user names) and the RoCE v2 GID index, which must agree across the ports and the nodes.
+
+Readers for the kernel's view (``/sys/class/infiniband``, as a mapping of file paths to contents so
+that a recorded tree can stand for a node), ``rdma link`` and ``show_gids``; the choices are pure
+functions over their results.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import fnmatch
+import re
+
+__metaclass__ = type
+
+RUNBOOK = "docs/runbooks/fabric-bandwidth.md"
+_ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+_IPV4_MAPPED = re.compile(r"^0000:0000:0000:0000:0000:ffff:[0-9a-f]{4}:[0-9a-f]{4}$")
+
+
+class RdmaError(ValueError):
+    """A node whose RDMA ports cannot serve RCCL as asked."""
+
+
+def _state(text):
+    # sysfs writes "4: ACTIVE", rdma link "ACTIVE".
+    return str(text).strip().split(":", 1)[-1].strip().upper()
+
+
+def ports_from_sysfs(files):
+    """The ports of a ``/sys/class/infiniband`` tree given as ``{"DEV/ports/N/state": text, ...}``
+    (paths relative to the class folder; ``DEV/device/numa_node``, ``DEV/ports/N/gids/I`` and
+    ``DEV/ports/N/gid_attrs/types/I`` / ``ndevs/I`` where the tree has them). All-zero GIDs are
+    unused entries and left out. Returns ports sorted by device and port number."""
+    ports = {}
+    for path, text in (files or {}).items():
+        parts = str(path).strip("/").split("/")
+        if len(parts) < 4 or parts[1] != "ports" or not parts[2].isdigit():
+            continue
+        port = ports.setdefault(
+            (parts[0], int(parts[2])),
+            {"device": parts[0], "port": int(parts[2]), "state": "", "link_layer": "", "netdev": "", "gids": {}},
+        )
+        leaf = parts[3:]
+        value = str(text).strip()
+        if leaf == ["state"]:
+            port["state"] = _state(value)
+        elif leaf == ["link_layer"]:
+            port["link_layer"] = value
+        elif leaf == ["rate"]:
+            port["rate"] = value
+        elif len(leaf) == 2 and leaf[0] == "gids" and leaf[1].isdigit():
+            port["gids"].setdefault(int(leaf[1]), {})["gid"] = value.lower()
+        elif len(leaf) == 3 and leaf[:2] == ["gid_attrs", "types"] and leaf[2].isdigit():
+            port["gids"].setdefault(int(leaf[2]), {})["type"] = value
+        elif len(leaf) == 3 and leaf[:2] == ["gid_attrs", "ndevs"] and leaf[2].isdigit():
+            port["gids"].setdefault(int(leaf[2]), {})["netdev"] = value
+            port["netdev"] = port["netdev"] or value
+    numa = {
+        str(path).strip("/").split("/")[0]: str(text).strip()
+        for path, text in (files or {}).items()
+        if str(path).strip("/").split("/")[1:] == ["device", "numa_node"]
+    }
+    out = []
+    for key in sorted(ports):
+        port = ports[key]
+        port["gids"] = [
+            {
+                "index": index,
+                "gid": entry.get("gid", ""),
+                "type": entry.get("type", ""),
+                "netdev": entry.get("netdev", ""),
+            }
+            for index, entry in sorted(port["gids"].items())
+            if entry.get("gid") and entry["gid"] != _ZERO_GID
+        ]
+        port["numa_node"] = int(numa[port["device"]]) if numa.get(port["device"], "").lstrip("-").isdigit() else None
+        out.append(port)
+    return out
+
+
+def ports_from_rdma_link(text):
+    """The ports ``rdma link`` lists. An InfiniBand port shows its ``lid``; a RoCE port its
+    ``netdev``; a line with neither has an unknown link layer."""
+    ports = []
+    for line in str(text).splitlines():
+        words = line.split()
+        if len(words) < 2 or words[0] != "link" or "/" not in words[1]:
+            continue
+        device, _, number = words[1].partition("/")
+        # name value pairs; a trailing space (older iproute2) leaves no odd word.
+        fields = dict(zip(words[2::2], words[3::2], strict=False))
+        layer = "InfiniBand" if "lid" in fields else ("Ethernet" if "netdev" in fields else "")
+        ports.append(
+            {
+                "device": device,
+                "port": int(number),
+                "state": _state(fields.get("state", "")),
+                "link_layer": layer,
+                "netdev": fields.get("netdev", ""),
+                "gids": [],
+                "numa_node": None,
+            }
+        )
+    return sorted(ports, key=lambda p: (p["device"], p["port"]))
+
+
+def gids_from_show_gids(text):
+    """``show_gids``'s table as ``{(device, port): [{"index", "gid", "type", "netdev"}]}``; its
+    VER column (v1, v2) is written as sysfs writes the type (``IB/RoCE v1``, ``RoCE v2``)."""
+    table = {}
+    for line in str(text).splitlines():
+        words = line.split()
+        if len(words) < 6 or not words[1].isdigit() or not words[2].isdigit():
+            continue
+        version = words[-2]
+        if version not in ("v1", "v2"):
+            continue
+        entry = {
+            "index": int(words[2]),
+            "gid": words[3].lower(),
+            "type": "RoCE v2" if version == "v2" else "IB/RoCE v1",
+            "netdev": words[-1],
+        }
+        table.setdefault((words[0], int(words[1])), []).append(entry)
+    return table
+
+
+def _name(port):
+    return f"{port['device']}:{port['port']}"
+
+
+def _wanted(port, requested):
+    for given in requested:
+        pattern = str(given)
+        if ":" in pattern:
+            if fnmatch.fnmatchcase(_name(port), pattern):
+                return True
+        elif fnmatch.fnmatchcase(port["device"], pattern):
+            return True
+    return False
+
+
+def choose_hcas(ports, requested=None, exclude_netdevs=None):
+    """The ports RCCL is given (``["mlx5_0:1", ...]``) and their link layer.
+
+    ``requested`` (names or globs of devices, or ``dev:port``): exactly those, each of which must be
+    active. Otherwise every active port, except those whose netdev is in ``exclude_netdevs`` (the
+    management NIC is not a rail). No RDMA port at all: ``([], "")`` (RCCL uses sockets, as before).
+    Raises RdmaError, naming the ports, when the node has ports but none active, a requested port is
+    missing or down, or the chosen ports mix InfiniBand and Ethernet."""
+    ports = list(ports or [])
+    if not ports:
+        return [], ""
+    requested = [str(r) for r in (requested or []) if str(r)]
+    excluded = set(exclude_netdevs or [])
+    if requested:
+        chosen = [p for p in ports if _wanted(p, requested)]
+        if not chosen:
+            raise RdmaError(
+                f"no RDMA port matches {', '.join(requested)} (the node has {', '.join(_name(p) for p in ports)}); "
+                f"fix fabric_rdma_hcas. See {RUNBOOK}"
+            )
+        down = [f"{_name(p)} ({p['state'] or 'unknown'})" for p in chosen if p["state"] != "ACTIVE"]
+        if down:
+            raise RdmaError(f"RDMA port(s) asked for are not active: {', '.join(down)}. See {RUNBOOK}")
+    else:
+        chosen = [p for p in ports if p["state"] == "ACTIVE" and not (p["netdev"] and p["netdev"] in excluded)]
+        if not chosen:
+            states = ", ".join(f"{_name(p)} {p['state'] or 'unknown'}" for p in ports)
+            raise RdmaError(
+                f"the node has RDMA ports but none is active and usable ({states}): bring the links up, "
+                f"or set fabric_rdma_hcas. See {RUNBOOK}"
+            )
+    layers = sorted({p["link_layer"] or "unknown" for p in chosen})
+    if len(layers) > 1:
+        detail = "; ".join(f"{layer}: {', '.join(_name(p) for p in chosen if (p['link_layer'] or 'unknown') == layer)}"
+                           for layer in layers)  # fmt: skip
+        raise RdmaError(
+            f"the active RDMA ports mix link layers ({detail}): RCCL needs one kind; name the ports to use in "
+            f"fabric_rdma_hcas. See {RUNBOOK}"
+        )
+    return [_name(p) for p in chosen], layers[0] if layers[0] != "unknown" else ""
+
+
+def roce_gid_index(ports):
+    """The RoCE v2 GID index the ports share: on each port, the index of its RoCE v2 entry with an
+    IPv4-mapped address (what RCCL's own choice prefers). None when the ports are InfiniBand or show
+    no GID table. Raises RdmaError naming the ports when one has no such entry or they disagree."""
+    ethernet = [p for p in ports if p.get("link_layer") == "Ethernet"]
+    if not ethernet or not any(p.get("gids") for p in ethernet):
+        return None
+    found = {}
+    for port in ethernet:
+        indexes = [
+            g["index"] for g in port.get("gids") or [] if g.get("type") == "RoCE v2" and _IPV4_MAPPED.match(g["gid"])
+        ]
+        if not indexes:
+            raise RdmaError(
+                f"RDMA port {_name(port)} has no RoCE v2 GID with an IPv4 address: give its netdev an IPv4 "
+                f"address, or set fabric_ib_gid_index. See {RUNBOOK}"
+            )
+        found[_name(port)] = indexes[0]
+    if len(set(found.values())) > 1:
+        detail = ", ".join(f"{name} {index}" for name, index in sorted(found.items()))
+        raise RdmaError(
+            f"the RoCE v2 GID index differs between the ports ({detail}): RCCL takes one index for all; "
+            f"set fabric_ib_gid_index to one every port has. See {RUNBOOK}"
+        )
+    return next(iter(found.values()))
+
+
+def gid_index_problems(by_node):
+    """Across nodes (``{host: index or None}``): every node with a RoCE v2 index must have the same
+    one. Returns sentences naming the nodes and their indexes."""
+    known = {host: index for host, index in (by_node or {}).items() if index is not None and str(index) != ""}
+    if len({str(index) for index in known.values()}) <= 1:
+        return []
+    detail = ", ".join(f"{host} {index}" for host, index in sorted(known.items()))
+    return [
+        f"the nodes' RoCE v2 GID indexes differ ({detail}): RCCL needs the same index on every node; fix the "
+        f"ports' addressing or set fabric_ib_gid_index to an index every node has. See {RUNBOOK}"
+    ]
