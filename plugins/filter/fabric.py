@@ -19,4 +19,5 @@ class FilterModule:
             "allreduce_gate_problems": _wrap(rccl_perf.gate_problems),
             "allreduce_layout": _wrap(rccl_perf.allreduce_layout),
             "rdma_gid_index_problems": _wrap(rdma.gid_index_problems),
+            "rdma_nearest_port_warnings": _wrap(rdma.nearest_port_warnings),
         }

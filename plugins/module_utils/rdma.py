@@ -223,3 +223,24 @@ def gid_index_problems(by_node):
         f"the nodes' RoCE v2 GID indexes differ ({detail}): RCCL needs the same index on every node; fix the "
         f"ports' addressing or set fabric_ib_gid_index to an index every node has. See {RUNBOOK}"
     ]
+
+
+def nearest_port_warnings(ports, hcas, gpu_numa_nodes):
+    """GPUs whose nearest RDMA ports (on their own NUMA node) are all left out of NCCL_IB_HCA while
+    the node has an active one there: their traffic would cross the link between the sockets.
+    ``gpu_numa_nodes``: the NUMA node of each GPU (None or -1 unknown). Returns sentences."""
+    chosen = set(hcas or [])
+    warnings = []
+    counts = {}
+    for node in gpu_numa_nodes or []:
+        if node is not None and int(node) >= 0:
+            counts[int(node)] = counts.get(int(node), 0) + 1
+    for node, gpus in sorted(counts.items()):
+        near = [p for p in ports or [] if p.get("numa_node") == node and p.get("state") == "ACTIVE"]
+        if near and not any(_name(p) in chosen for p in near):
+            warnings.append(
+                f"{gpus} GPU(s) on NUMA node {node}: their nearest active RDMA port(s) "
+                f"{', '.join(_name(p) for p in near)} are not in NCCL_IB_HCA ({', '.join(sorted(chosen)) or 'empty'}); "
+                f"their traffic crosses sockets. See {RUNBOOK}"
+            )
+    return warnings

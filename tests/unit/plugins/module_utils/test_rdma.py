@@ -8,6 +8,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils.rdma import (
     choose_hcas,
     gid_index_problems,
     gids_from_show_gids,
+    nearest_port_warnings,
     ports_from_rdma_link,
     ports_from_sysfs,
     roce_gid_index,
@@ -126,3 +127,18 @@ def test_ports_or_nodes_that_disagree_on_the_gid_index_are_refused():
     table = {("mlx5_4", 1): pod1[("mlx5_4", 1)], ("mlx5_5", 1): pod2[("mlx5_4", 1)]}
     with pytest.raises(RdmaError, match=r"differs between the ports \(mlx5_4:1 5, mlx5_5:1 7\)"):
         roce_gid_index(with_gids([port, other], table))
+
+
+def test_gpus_whose_nearest_port_is_left_out_are_warned_about():
+    ports = ports_from_rdma_link(text("rdma-link_oci-gpu-node_10x-mlx5_1down.txt"))
+    # The recorded listing has no NUMA nodes: four ports on each socket, as on a two-socket node.
+    for index, port in enumerate(ports):
+        port["numa_node"] = 0 if index < 5 else 1
+    gpus = [0, 0, 0, 0, 1, 1, 1, 1]
+    hcas, _ = choose_hcas(ports, exclude_netdevs=["eth0"])
+    assert nearest_port_warnings(ports, hcas, gpus) == []
+    (warning,) = nearest_port_warnings(ports, ["mlx5_0:1", "mlx5_1:1"], gpus)
+    assert warning.startswith("4 GPU(s) on NUMA node 1: their nearest active RDMA port(s) mlx5_5:1, mlx5_6:1, ")
+    assert "crosses sockets" in warning
+    # Unknown NUMA nodes say nothing.
+    assert nearest_port_warnings(ports, [], [None, -1]) == []
