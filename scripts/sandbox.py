@@ -104,6 +104,8 @@ class RunResult:
             "plays": self.plays,
             "failures": self.failures,
             "task_walls": self.task_walls,
+            # What a run that should change nothing changed, by host and task.
+            "changed_tasks": [list(pair) for pair in self.changed_tasks()],
         }
 
 

@@ -31,6 +31,7 @@ class FilterModule:
             "finetune_plan": _wrap(finetune_plan),
             "finetune_round": _wrap(finetune_round),
             "finetune_launch_record": _wrap(jobstate.launch_record),
+            "rank_order": _wrap(jobstate.rank_order),
             "perplexity": _wrap(jobspec.perplexity),
             "env_file": _wrap(jobspec.parse_env_file),
         }

@@ -334,3 +334,13 @@ def running_job_names(units):
         for unit, state in units.items()
         if unit.startswith(prefix) and unit.endswith(suffix) and state in _LIVE
     )
+
+
+def rank_order(hosts, master):
+    """The nodes in rank order: the master first (its address is MASTER_ADDR), then the others in
+    the play's order. The same on every run, so that each node keeps its node rank, and with it the
+    checkpoint shards it saved, from one launch to the next."""
+    hosts = [str(host) for host in hosts]
+    if master not in hosts:
+        raise ValueError(f"the master {master} is not among the play's hosts ({', '.join(hosts)})")
+    return [master] + [host for host in hosts if host != master]

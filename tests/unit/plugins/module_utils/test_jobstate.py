@@ -15,6 +15,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils.jobstate import 
     plan_launch,
     progress,
     progress_line,
+    rank_order,
     root_errors,
     round_summary,
 )
@@ -462,3 +463,14 @@ def test_checkpoints_of_changed_settings_at_the_same_world_size_resume_as_before
 
 def test_a_fresh_job_is_launched_whatever_its_record():
     assert plan_launch({"node1": status("absent"), "node2": status("absent")}, RANKS, RECORD)["action"] == "launch"
+
+
+def test_rank_order_keeps_the_plays_order_with_the_master_first():
+    hosts = [f"instinct-sandbox-node{n}" for n in range(1, 9)]
+    assert rank_order(hosts, hosts[0]) == hosts
+    assert rank_order(hosts, hosts[4]) == [hosts[4], *hosts[:4], *hosts[5:]]
+    # What 8-node no-change runs showed: a set difference gave other node ranks on every run, and
+    # rewrote each node's launch environment and unit. The order must not depend on hashing.
+    assert rank_order(list(hosts), hosts[0]) == rank_order(hosts, hosts[0])
+    with pytest.raises(ValueError, match="not among the play's hosts"):
+        rank_order(hosts, "node9")
