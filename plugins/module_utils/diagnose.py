@@ -161,6 +161,12 @@ def _fabric(raw, smi):
         # The NIC sits on a socket none of the GPUs is on: every collective crosses the socket link.
         "cross_socket": nic_numa is not None and nic_numa >= 0 and bool(gpu_numa) and nic_numa not in gpu_numa,
         "timeouts": raw.get("timeouts") or [],
+        # RDMA ports NCCL_IB_HCA names that are missing (None) or not ACTIVE ("1: DOWN").
+        "rdma_ports_not_active": sorted(
+            f"{name} {state or 'missing'}"
+            for name, state in (raw.get("rdma") or {}).items()
+            if not state or state.split(":", 1)[-1].strip().upper() != "ACTIVE"
+        ),
     }
 
 

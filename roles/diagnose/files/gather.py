@@ -207,6 +207,15 @@ def section_fabric(settings):
             "ipv4": ipv4,
             "numa_node": int(numa) if re.match(r"^-?\d+$", numa) else None,
         }
+    # The state of every RDMA port NCCL_IB_HCA names ("mlx5_0" or "mlx5_0:1"; port 1 when none).
+    result["rdma"] = {}
+    hcas = re.findall(r"^NCCL_IB_HCA=(.+)$", env_text or "", re.MULTILINE)
+    for entry in hcas[-1].strip().strip("\"'").lstrip("^=").split(",") if hcas else []:
+        device, _, port = entry.strip().partition(":")
+        if device:
+            class_dir = settings.get("rdma_class_dir", "/sys/class/infiniband")
+            state = read(f"{class_dir}/{device}/ports/{port or '1'}/state")
+            result["rdma"][f"{device}:{port or '1'}"] = state.strip() if state is not None else None
     result["timeouts"] = log_findings(settings, COLLECTIVE_TIMEOUT, 3)
     return result
 

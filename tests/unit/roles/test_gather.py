@@ -86,3 +86,20 @@ def test_the_log_sections_search_each_training_logs_latest_launch(tmp_path):
     assert gather.section_disk(settings)["no_space_errors"] == [
         {"log": log, "line": "OSError: [Errno 28] No space left on device"}
     ]
+
+
+def test_the_state_of_every_port_nccl_ib_hca_names_is_read_from_sysfs(tmp_path):
+    # gpud's recorded /sys/class/infiniband of an H100 node (tests/fixtures/rdma/SOURCES.md): mlx5_3
+    # is not a device of that node.
+    env = tmp_path / "rccl.env"
+    env.write_text("NCCL_SOCKET_IFNAME=ens50f0\nNCCL_IB_HCA=mlx5_0,mlx5_bond_0:1,mlx5_3\n")
+    settings = {
+        "log_root": str(tmp_path),
+        "env_file": str(env),
+        "rdma_class_dir": str(ROOT / "tests" / "fixtures" / "rdma" / "gpud_testdata_sys-class-infiniband-h100.0"),
+    }
+    assert gather.section_fabric(settings)["rdma"] == {
+        "mlx5_0:1": "4: ACTIVE",
+        "mlx5_bond_0:1": "4: ACTIVE",
+        "mlx5_3:1": None,
+    }

@@ -167,6 +167,15 @@ def test_a_firewalled_or_missing_fabric_nic_and_a_collective_timeout():
     assert runbooks(healthy_raw(fabric=fabric))[0] == ["rccl-timeout.md"]
 
 
+def test_an_rdma_port_of_nccl_ib_hca_that_is_down_or_missing():
+    fabric = dict(healthy_raw()["fabric"], rdma={"mlx5_0:1": "4: ACTIVE", "mlx5_1:1": "4: ACTIVE"})
+    assert runbooks(healthy_raw(fabric=fabric))[0] == []
+    fabric["rdma"] = {"mlx5_0:1": "4: ACTIVE", "mlx5_1:1": "1: DOWN", "mlx5_9:1": None}
+    found, facts, _ = runbooks(healthy_raw(fabric=fabric))
+    assert found == ["fabric-bandwidth.md"]
+    assert facts["fabric"]["rdma_ports_not_active"] == ["mlx5_1:1 1: DOWN", "mlx5_9:1 missing"]
+
+
 def test_a_nic_on_a_socket_without_gpus_is_cross_socket():
     fabric = healthy_raw()["fabric"]
     fabric["nic"] = dict(fabric["nic"], numa_node=1)
