@@ -28,12 +28,15 @@ def rccl_env_settings(node):
     add("NCCL_DEBUG", node.get("nccl_debug") or "WARN")
     hcas = list(node.get("hcas") or [])
     if hcas:
-        add("NCCL_IB_HCA", ",".join(hcas), f"every active RDMA port of the node ({len(hcas)})")
+        # "=": exact names; without it RCCL matches prefixes (mlx5_1 would take mlx5_10 to mlx5_19 too).
+        add("NCCL_IB_HCA", "=" + ",".join(hcas), f"every active RDMA port of the node ({len(hcas)})")
     if str(node.get("gid_index", "")) != "":
         add("NCCL_IB_GID_INDEX", node["gid_index"], "the RoCE v2 GID index of those ports")
     archs = set(node.get("gfx_archs") or [])
     for setting in node.get("arch_settings") or []:
-        if str(setting.get("value", "")) == "" or not archs & set(setting.get("archs") or []):
+        if setting.get("value") is None or str(setting["value"]) in ("", "None"):
+            continue
+        if not archs & set(setting.get("archs") or []):
             continue
         add(
             setting["name"],

@@ -99,13 +99,18 @@ def bus_bandwidth(size_bytes, seconds, nranks):
     return algbw * 2 * (nranks - 1) / nranks
 
 
-def thresholds_for(table, gpu_model, nodes):
-    """The entry of ``table`` (a list of ``{gpu, min_nodes, max_nodes, busbw_gbps: {bytes: GB/s},
-    tolerance, source}``) for this GPU model and node count, or None: the first whose ``gpu`` is in
-    the model's name (case-insensitive) and whose node range holds ``nodes``."""
+def thresholds_for(table, gpu_model, nodes, gpus_per_node=None):
+    """The entry of ``table`` (a list of ``{gpu, gpus_per_node, min_nodes, max_nodes, busbw_gbps:
+    {bytes: GB/s}, tolerance, source}``) for this GPU model, node count and GPUs per node, or None:
+    the first whose ``gpu`` is in the model's name (case-insensitive), whose node range holds
+    ``nodes`` and whose ``gpus_per_node`` (when it sets one) is the cluster's. A cluster of another
+    shape (one GPU per node, say, whose world of one has no bus bandwidth) is not judged."""
     model = str(gpu_model or "").lower()
     for entry in table or []:
         if str(entry.get("gpu", "")).lower() not in model or not model:
+            continue
+        wanted = entry.get("gpus_per_node")
+        if wanted is not None and (gpus_per_node is None or int(gpus_per_node) != int(wanted)):
             continue
         low, high = int(entry.get("min_nodes", 1)), entry.get("max_nodes")
         if nodes >= low and (high is None or nodes <= int(high)):
@@ -150,13 +155,14 @@ def measured_busbw(parsed):
     return {row["size"]: row["in_place"]["busbw"] for row in parsed["rows"]}
 
 
-def allreduce_layout(hosts, gpus_by_host, smoke_sizes_mb, max_bytes):
+def allreduce_layout(hosts, gpus_by_host, smoke_sizes_mb, max_bytes, judged=True):
     """Who runs which ranks of the fabric all-reduce, and at which sizes.
 
     ``hosts`` in rank order (the master first); ``gpus_by_host``: how many GPUs torch sees on each
     (0 without one). Every GPU gets a rank (one process per node without a GPU). On a cluster of GPU
     nodes the sizes go on from the smoke sizes, doubling from 64 MiB up to ``max_bytes``, so that the
-    gate's sizes are measured; without GPUs (Gloo over CPU) only the smoke sizes run. Returns
+    gate's sizes are measured (only when ``judged``: a threshold applies); without GPUs (Gloo over
+    CPU) only the smoke sizes run. Returns
     ``{"ranks": {host: {"first", "local"}}, "world", "sizes_mb", "gpu"}``. A cluster that mixes nodes
     with and without GPUs cannot run one all-reduce: ValueError names them."""
     gpus = {host: int(gpus_by_host.get(host) or 0) for host in hosts}
@@ -172,7 +178,7 @@ def allreduce_layout(hosts, gpus_by_host, smoke_sizes_mb, max_bytes):
         first += max(gpus[host], 1)
     gpu = not without
     sizes = [float(size) for size in smoke_sizes_mb]
-    if gpu:
+    if gpu and judged:
         size = 64.0
         while size * 1024 * 1024 <= int(max_bytes):
             if size not in sizes:

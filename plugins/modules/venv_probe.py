@@ -18,10 +18,11 @@ description:
     M(ansible.builtin.command) would.
   - Its answer is recorded in O(record) with a key over the command, every distribution installed in
     O(venv) (name, version and when it was installed), the venv's Python, the GPU device nodes of the
-    host, the ROCm release in C(/opt/rocm/.info/version), the loaded amdgpu driver's version and
-    O(depends_on). While the key is unchanged the recorded answer is returned without
-    running the probe (RV(cached) is true), so that a run that changes nothing does not prove again what
-    has not changed.
+    host with their owner, group and mode and the groups of the user the probe runs as, the ROCm
+    release in C(/opt/rocm/.info/version), the loaded amdgpu driver's version and O(depends_on).
+    While the key is unchanged the recorded answer is returned without running the probe
+    (RV(cached) is true), so that a run that changes nothing does not prove again what has not
+    changed.
   - Only the exit codes in O(record_rcs) are recorded; any other answer is found again on every run.
   - The record is a cache of the probe's answer, in the file the task names (normally in the home of
     the user the probe runs as); writing it is not a change of the host and is not reported as one.
@@ -153,8 +154,16 @@ def read_venv(venv):
 
 
 def read_host():
-    """The device nodes and the GPU stack's versions, as strings."""
-    found = [path for pattern in DEVICE_GLOBS for path in glob.glob(pattern)]
+    """The device nodes (with their owner, group and mode, and the groups of the user the probe runs
+    as: access to a GPU decides what torch sees) and the GPU stack's versions, as strings."""
+    found = []
+    for path in (path for pattern in DEVICE_GLOBS for path in glob.glob(pattern)):
+        try:
+            info = os.stat(path)
+            found.append(f"{path} {info.st_uid}:{info.st_gid} {info.st_mode:o}")
+        except OSError:
+            found.append(path)
+    found.append("groups=" + ",".join(str(group) for group in sorted(os.getgroups())))
     for path in HOST_FILES:
         try:
             with open(path, encoding="utf-8") as handle:

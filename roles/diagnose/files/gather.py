@@ -210,7 +210,9 @@ def section_fabric(settings):
     # The state of every RDMA port NCCL_IB_HCA names ("mlx5_0" or "mlx5_0:1"; port 1 when none).
     result["rdma"] = {}
     hcas = re.findall(r"^NCCL_IB_HCA=(.+)$", env_text or "", re.MULTILINE)
-    for entry in hcas[-1].strip().strip("\"'").lstrip("^=").split(",") if hcas else []:
+    value = hcas[-1].strip().strip("\"'") if hcas else ""
+    # "^..." lists the ports RCCL must not use; only a list of ports to use can be checked.
+    for entry in value.lstrip("=").split(",") if value and not value.startswith("^") else []:
         device, _, port = entry.strip().partition(":")
         if device:
             class_dir = settings.get("rdma_class_dir", "/sys/class/infiniband")

@@ -103,3 +103,6 @@ def test_the_state_of_every_port_nccl_ib_hca_names_is_read_from_sysfs(tmp_path):
         "mlx5_bond_0:1": "4: ACTIVE",
         "mlx5_3:1": None,
     }
+    # A list of ports RCCL must not use says nothing of the others: not checked.
+    env.write_text("NCCL_SOCKET_IFNAME=ens50f0\nNCCL_IB_HCA=^mlx5_bond_0\n")
+    assert gather.section_fabric(settings)["rdma"] == {}

@@ -55,7 +55,8 @@ def render(gfx_archs, hcas, gid_index="", extra=None, **overrides):
 
 def test_an_eight_rail_mi300x_node_gets_every_hca_and_amds_settings():
     text, env = render(["gfx942"], EIGHT_RAILS, gid_index=3)
-    assert env["NCCL_IB_HCA"] == ",".join(EIGHT_RAILS)
+    # "=": exact names, so that mlx5_1 does not take mlx5_10 to mlx5_19 as well.
+    assert env["NCCL_IB_HCA"] == "=" + ",".join(EIGHT_RAILS)
     assert env["NCCL_IB_GID_INDEX"] == "3"
     assert {name: env[name] for name in AMD} == {
         "TORCH_NCCL_HIGH_PRIORITY": "1",
@@ -83,6 +84,11 @@ def test_another_arch_gets_none_and_an_empty_value_leaves_one_out():
     assert not AMD & set(env)
     _, env = render(["gfx942"], [], fabric_gpu_max_hw_queues="")
     assert "GPU_MAX_HW_QUEUES" not in env and "TORCH_NCCL_HIGH_PRIORITY" in env
+    settings = [dict(s, value=None) if s["name"] == "RCCL_MSCCL_ENABLE" else s for s in arch_settings()]
+    names = [s["name"] for s in rccl_env_settings(
+        {"ifname": "e", "master_addr": "a", "master_port": 1, "gfx_archs": ["gfx942"], "arch_settings": settings}
+    )]  # fmt: skip
+    assert "RCCL_MSCCL_ENABLE" not in names and "GPU_MAX_HW_QUEUES" in names
 
 
 def test_the_users_own_variables_win_with_one_line_per_name():

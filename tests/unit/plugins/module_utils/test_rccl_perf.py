@@ -74,8 +74,8 @@ def test_output_without_a_table_is_refused():
 def test_the_default_thresholds_carry_their_source_and_the_recorded_runs_pass_them():
     for entry in TABLE:
         assert entry["source"] and entry["busbw_gbps"], entry
-    one = thresholds_for(TABLE, "AMD Instinct MI300X", 1)
-    two = thresholds_for(TABLE, "AMD Instinct MI300X", 2)
+    one = thresholds_for(TABLE, "AMD Instinct MI300X", 1, 8)
+    two = thresholds_for(TABLE, "AMD Instinct MI300X", 2, 8)
     assert one is not two and one is not None and two is not None
     assert gate_problems(measured_busbw(parse_rccl_tests(ONE_NODE)), one, ["node1"]) == []
     assert gate_problems(measured_busbw(parse_rccl_tests(TWO_NODES)), two, ["gpu-53", "gpu-56"]) == []
@@ -83,7 +83,11 @@ def test_the_default_thresholds_carry_their_source_and_the_recorded_runs_pass_th
     cvs = json.loads((RCCL / "cvs-rccl_config.json").read_text())["rccl"]["results"]["all_reduce_perf"]["bus_bw"]
     assert {int(k): float(v) for k, v in cvs.items()} == {int(k): float(v) for k, v in two["busbw_gbps"].items()}
     # No threshold for a CPU node or an unknown model: no gate.
-    assert thresholds_for(TABLE, "", 2) is None and thresholds_for(TABLE, "cpu", 2) is None
+    assert thresholds_for(TABLE, "", 2, 8) is None and thresholds_for(TABLE, "cpu", 2, 0) is None
+    # Another shape of node is not judged: one GPU a node (a world of one has no bus bandwidth), or four.
+    assert thresholds_for(TABLE, "AMD Instinct MI300X", 1, 1) is None
+    assert thresholds_for(TABLE, "AMD Instinct MI300X", 2, 4) is None
+    assert thresholds_for(TABLE, "AMD Instinct MI300X", 2) is None
 
 
 def test_the_verdict_at_above_and_below_the_threshold():
@@ -111,7 +115,7 @@ def test_every_gpu_of_every_node_gets_a_rank_and_the_gate_sizes_are_measured():
     assert layout["ranks"] == {"n1": {"first": 0, "local": 8}, "n2": {"first": 8, "local": 8}}
     assert layout["sizes_mb"] == [1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
     # The sizes the default thresholds judge are among them.
-    entry = thresholds_for(TABLE, "AMD Instinct MI300X", 2)
+    entry = thresholds_for(TABLE, "AMD Instinct MI300X", 2, 8)
     measured = {int(size * 1024 * 1024) for size in layout["sizes_mb"]}
     assert 8 * GIB in measured and set(entry["busbw_gbps"]) & measured
 
@@ -128,3 +132,8 @@ def test_nodes_of_different_gpu_counts_get_consecutive_ranks_and_a_mix_is_refuse
     assert layout["ranks"]["n2"] == {"first": 8, "local": 4} and layout["world"] == 12
     with pytest.raises(ValueError, match="no GPU on n2 but GPUs on the other nodes"):
         allreduce_layout(["n1", "n2"], {"n1": 8, "n2": 0}, [1], GIB)
+
+
+def test_gpu_nodes_without_a_threshold_stay_at_the_smoke_sizes():
+    layout = allreduce_layout(["n1", "n2"], {"n1": 4, "n2": 4}, [1, 8, 32], 8 * GIB, judged=False)
+    assert layout["sizes_mb"] == [1, 8, 32] and layout["world"] == 8
