@@ -16,6 +16,7 @@ import re
 
 from ansible_collections.instinct.finetune.plugins.module_utils import apt_index, gpu_metrics, jobstate, pci, pystack
 from ansible_collections.instinct.finetune.plugins.module_utils import ds_report as ds_report_utils
+from ansible_collections.instinct.finetune.plugins.module_utils.rdma import port_state
 
 __metaclass__ = type
 
@@ -165,7 +166,7 @@ def _fabric(raw, smi):
         "rdma_ports_not_active": sorted(
             f"{name} {state or 'missing'}"
             for name, state in (raw.get("rdma") or {}).items()
-            if not state or state.split(":", 1)[-1].strip().upper() != "ACTIVE"
+            if not state or port_state(state) != "ACTIVE"
         ),
     }
 

@@ -24,8 +24,8 @@ class RdmaError(ValueError):
     """A node whose RDMA ports cannot serve RCCL as asked."""
 
 
-def _state(text):
-    # sysfs writes "4: ACTIVE", rdma link "ACTIVE".
+def port_state(text):
+    """A port's state as a word: sysfs writes "4: ACTIVE", rdma link "ACTIVE"."""
     return str(text).strip().split(":", 1)[-1].strip().upper()
 
 
@@ -46,7 +46,7 @@ def ports_from_sysfs(files):
         leaf = parts[3:]
         value = str(text).strip()
         if leaf == ["state"]:
-            port["state"] = _state(value)
+            port["state"] = port_state(value)
         elif leaf == ["link_layer"]:
             port["link_layer"] = value
         elif leaf == ["rate"]:
@@ -97,7 +97,7 @@ def ports_from_rdma_link(text):
             {
                 "device": device,
                 "port": int(number),
-                "state": _state(fields.get("state", "")),
+                "state": port_state(fields.get("state", "")),
                 "link_layer": layer,
                 "netdev": fields.get("netdev", ""),
                 "gids": [],
