@@ -121,7 +121,9 @@ TASK_EVENTS = {
 class EventReader:
     """Collects what a run's events say: play boundaries, failures, stats and debug messages."""
 
-    def __init__(self):
+    def __init__(self, on_event=None):
+        # A caller's own look at each event as it comes (a test acting at a given task's start).
+        self.on_event = on_event
         self.play_starts = []
         self.failures = []
         self.stats = {}
@@ -157,6 +159,8 @@ class EventReader:
                 self.debug.append({"host": data.get("host"), "task": data.get("task"), "msg": msg})
         elif kind == "playbook_on_stats":
             self.stats = {key: data.get(key) or {} for key in ("changed", "failures", "ok", "dark")}
+        if self.on_event:
+            self.on_event(event)
         return True
 
     def task_walls(self, end):
@@ -178,12 +182,13 @@ class EventReader:
         return timings
 
 
-def run_playbook(playbook, extravars=None, cmdline="", quiet=False, envvars=None):
-    """Run playbooks/<playbook> (or a path) on the sandbox inventory; return its RunResult."""
+def run_playbook(playbook, extravars=None, cmdline="", quiet=False, envvars=None, *, on_event=None):  # noqa: PLR0913
+    """Run playbooks/<playbook> (or a path) on the sandbox inventory; return its RunResult.
+    ``on_event`` is called with each of ansible-runner's events as the run goes."""
     path = Path(playbook)
     if not path.is_absolute():
         path = ROOT / "playbooks" / playbook if (ROOT / "playbooks" / playbook).exists() else ROOT / playbook
-    reader = EventReader()
+    reader = EventReader(on_event)
     with tempfile.TemporaryDirectory(prefix="instinct-runner-") as private:
         start = time.monotonic()
         runner = ansible_runner.run(
@@ -256,8 +261,13 @@ def cluster_up(fresh_apt=False):
     )
     require(run_playbook(RESOURCES / "site-python" / "prepare.yml"))
     if fresh_apt:
-        require(run_playbook(RESOURCES / "containers" / "fresh-apt.yml"))
+        empty_apt_lists()
     return env
+
+
+def empty_apt_lists():
+    """Leave apt's lists on every node empty and new, as on a just-built image."""
+    require(run_playbook(RESOURCES / "containers" / "fresh-apt.yml"))
 
 
 def site_cmdline(extra=()):

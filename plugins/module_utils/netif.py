@@ -321,7 +321,13 @@ def _explicit(interfaces, ifname, network, exclude):
     return _result(interface, ipv4[0], f"explicit ifname {ifname}")
 
 
-def _by_cidr(interfaces, network, exclude):
+def _subnet_holding(address, peer):
+    """Whether ``peer`` lies in the subnet of one of the interface's addresses."""
+    subnet = ipaddress.IPv4Network(f"{address['address']}/{address['prefixlen']}", strict=False)
+    return ipaddress.IPv4Address(peer) in subnet
+
+
+def _by_cidr(interfaces, network, exclude, peer=None):
     matches = [(i, _in(network, i)) for i in _candidates(interfaces, exclude)]
     matches = [(i, inside) for i, inside in matches if inside]
     if not matches:
@@ -331,17 +337,34 @@ def _by_cidr(interfaces, network, exclude):
             interfaces,
             exclude,
         )
-    if len(matches) > 1:
-        names = ", ".join(_show(i, inside) for i, inside in matches)
+    if len(matches) == 1:
+        interface, inside = matches[0]
+        return _result(interface, inside[0], f"matched cidr {network}")
+    # A cidr that spans a rail-optimised node's backend subnets (one per NIC) holds several
+    # interfaces. Sockets need one, and every node must pick one on the same subnet: rails are
+    # switched apart, so rail 1 of one node may not reach rail 2 of another. The master takes the
+    # first rail by name; every other node the interface on the master's subnet.
+    names = ", ".join(_show(i, inside) for i, inside in matches)
+    if peer is None:
+        interface, inside = min(matches, key=lambda match: _natural(match[0]["ifname"]))
+        return _result(interface, inside[0], f"matched cidr {network}, first by name of {len(matches)} ({names})")
+    try:
+        ipaddress.IPv4Address(peer)
+    except ValueError:
+        raise FabricIfaceError("bad_option", f"peer must be an IPv4 address, not {peer!r:.80}.") from None
+    beside = [(i, [a for a in inside if _subnet_holding(a, peer)]) for i, inside in matches]
+    beside = [(i, inside) for i, inside in beside if inside]
+    if len(beside) != 1:
+        which = "none" if not beside else f"{len(beside)}"
         _fail(
             "ambiguous",
-            f"cidr {network} was asked for, but {len(matches)} interfaces hold an address in it ({names}); "
-            "set ifname for this host.",
+            f"cidr {network} was asked for, but {len(matches)} interfaces hold an address in it ({names}) and "
+            f"{which} of them is on the subnet of the master's fabric address {peer}; set ifname for this host.",
             interfaces,
             exclude,
         )
-    interface, inside = matches[0]
-    return _result(interface, inside[0], f"matched cidr {network}")
+    interface, inside = beside[0]
+    return _result(interface, inside[0], f"matched cidr {network}, on the master's subnet ({peer})")
 
 
 def _by_route(interfaces, route, exclude):
@@ -382,7 +405,10 @@ def _by_route(interfaces, route, exclude):
     return _result(interface, address, f"route to {peer} via {dev}{via}")
 
 
-def choose_fabric_iface(interfaces, ifname=None, cidr=None, peer_route=None, exclude=DEFAULT_EXCLUDE):
+# Each argument is one of the fabric_iface module's options, passed as it came.
+def choose_fabric_iface(  # noqa: PLR0913
+    interfaces, ifname=None, cidr=None, peer_route=None, exclude=DEFAULT_EXCLUDE, *, peer=None
+):
     """Choose the interface RCCL/Gloo sockets use, from :func:`parse_ip_addr`'s list.
 
     In this order (the first option given decides):
@@ -390,7 +416,9 @@ def choose_fabric_iface(interfaces, ifname=None, cidr=None, peer_route=None, exc
     1. ``ifname``: it must exist, be up and hold an IPv4 address (in ``cidr`` too, when one is
        given). ``exclude`` does not apply. Reason ``"explicit ifname ens50f0"``.
     2. ``cidr``: the one candidate holding an IPv4 address in it. Reason
-       ``"matched cidr 10.10.0.0/16"``.
+       ``"matched cidr 10.10.0.0/16"``. When several do (a cidr spanning the backend subnets of a
+       rail-optimised node), the one whose subnet holds ``peer`` (the master's fabric address) on
+       the other nodes, and on the master (no ``peer``) the first by name.
     3. ``peer_route`` (from :func:`parse_route_get`): the interface the route leaves by. Reason
        ``"route to 10.10.0.1 via ens50f0"`` (with `` (gateway X)`` when routed), or, when the peer
        is this host's own address, ``"route to 10.10.0.11 is local, on ens50f0"``.
@@ -412,7 +440,7 @@ def choose_fabric_iface(interfaces, ifname=None, cidr=None, peer_route=None, exc
     if ifname is not None:
         return _explicit(interfaces, ifname, network, exclude)
     if network is not None:
-        return _by_cidr(interfaces, network, exclude)
+        return _by_cidr(interfaces, network, exclude, peer)
     if peer_route is not None:
         return _by_route(interfaces, peer_route, exclude)
     candidates = _candidates(interfaces, exclude)

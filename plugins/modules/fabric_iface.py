@@ -17,6 +17,9 @@ description:
     interface, in this order, the first that applies; an explicit O(ifname) (it must exist, be up
     and hold an IPv4 address); the one interface with an IPv4 address in O(cidr); the interface of
     the route to O(peer); the only remaining up interface with an IPv4 address.
+  - When several interfaces hold an address in O(cidr) (a cidr spanning the backend subnets of a
+    rail-optimised node), the one on the subnet of O(peer) is chosen, or without O(peer) (the
+    master) the first by name, so that every node's socket interface is on the same rail.
   - Interfaces matching O(exclude) (loopback, Docker and libvirt bridges, veth pairs) are never
     chosen automatically; bond slaves never are, their bond is.
   - Anything ambiguous or missing fails, naming what was asked and listing the candidates with their
@@ -34,7 +37,8 @@ options:
   peer:
     description:
       - An address that must be reachable over the fabric, normally the master node's fabric
-        address; the interface of the route to it is the third choice.
+        address; the interface of the route to it is the third choice, and among several
+        interfaces in O(cidr) the one on its subnet is chosen.
     type: str
   exclude:
     description: Interface name globs never chosen automatically.
@@ -158,6 +162,7 @@ def main():
             cidr=params["cidr"],
             peer_route=peer_route,
             exclude=params["exclude"],
+            peer=params["peer"] if params["cidr"] and not params["ifname"] else None,
         )
         mapping = _rdma_mapping() if os.path.isdir(SYS_INFINIBAND) else {}
         rdma = rdma_netdevs(mapping, choice["ifname"], interfaces)

@@ -10,12 +10,13 @@ Needs Docker and the jammy-systemd image (scripts/test.sh e2e provides both); ta
 
 import json
 import math
+import os
 import re
 import threading
 import time
 
 import pytest
-from cluster import JOB, JOB_ROOT, NODES, node, node_python, sandbox, summary_lines
+from cluster import JOB, JOB_ROOT, NODES, VENV, node, node_python, sandbox, summary_lines
 
 FAULT_JOB = "sandbox-fault"
 FULL_JOB = "sandbox-zero3-full"
@@ -202,6 +203,23 @@ def test_the_adapter_and_a_perplexity_below_the_base_models_are_collected(conver
     assert len([line for line in summary if line.startswith("instinct-sandbox-node")]) == 2
 
 
+def test_site_yml_in_check_mode_passes_on_nodes_before_their_first_run(site):
+    """site.yml --check --diff with the job, run before the first site.yml: rc 0. On new nodes the
+    stages that need what an earlier stage creates say why they stop predicting there."""
+    check = site.fresh_check
+    assert check.rc == 0, check.failures
+    assert site.fresh_nodes or not os.environ.get("CI"), "CI's nodes are new: the check ran on converged ones"
+    if site.fresh_nodes:
+        shown = " ".join(str(d["msg"]) for d in check.debug)
+        for host in NODES:
+            assert f"check mode on {host}: {VENV} does not exist yet and neither does the account instinct" in shown
+            assert f"check mode on {host}: ROCm's rocminfo is not installed yet" in shown
+        assert f"so job {JOB} is not predicted on any node" in shown
+        # Nothing ran in a venv that is not there, and nothing was launched.
+        assert check.ran("Install the PyTorch family from the wheel index") == []
+        assert check.ran("Start every rank at once (torchrun waits at the master for the others)") == []
+
+
 def test_site_yml_in_check_mode_on_the_converged_cluster_changes_nothing(converged):
     """Every stage predicts no change on real state: preflight and its trust store, the ROCm
     packages, the venv, torch, DeepSpeed's wheel and LLaMA-Factory, the fabric's env file, monitoring,
@@ -239,7 +257,7 @@ def run_in_thread(playbook, extra, outcome):
 def wait_until(condition, thread, what, timeout=600):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not condition():
-        assert thread.is_alive(), f"the fault job's play ended before {what}"
+        assert thread is None or thread.is_alive(), f"the fault job's play ended before {what}"
         time.sleep(1)
     assert condition(), what
 
@@ -255,22 +273,26 @@ def test_a_killed_and_a_frozen_rank_of_a_zero3_job_stop_it_and_reruns_resume(con
     """One ZeRO-3 job through what a long run meets: node2's worker killed after the first
     checkpoint (the play fails naming node2), a resume on node1 alone refused before anything
     changes (its checkpoints were saved at world size 2), a resume whose node2 worker is frozen
-    (SIGSTOP) while site.yml runs again and changes nothing, then stopped as stalled by a play that
-    re-attaches (naming the stall and node2), then a resume that finishes and beats the base model."""
+    (SIGSTOP) under a watching play, stopped as stalled within the window plus one round, then a
+    resume that site.yml, run while it trains, re-attaches to, watches to its end and evaluates."""
     for host in NODES:  # a cluster kept from an earlier run may hold this job already
         node(host, "systemctl", "stop", f"instinct-finetune-{FAULT_JOB}.service", check=False)
         node(host, "rm", "-rf", f"{JOB_ROOT}/{FAULT_JOB}", f"/var/log/instinct-finetune/{FAULT_JOB}")
     saved = kill_after_the_first_checkpoint()
     refuse_a_resume_on_one_node()
-    freeze_a_rank_of_the_resumed_job(saved)
-    resume_to_the_end_and_evaluate(saved)
+    stop_a_resume_whose_rank_froze(saved)
+    resume_while_site_yml_runs_again(saved)
 
 
 # Killed after its first checkpoint (step 20), with 40 steps (about 30 s here) still to go.
 FAULT_SETTINGS = f"-e finetune_job_name={FAULT_JOB} -e finetune_max_steps=60 -e finetune_save_steps=20"
 # A two-minute stall window for the plays that watch it (a start-up on a busy machine stays well
 # inside it). Not for site.yml: the monitoring stage's stall alert follows the same setting.
-FAULT = f"{FAULT_SETTINGS} -e finetune_stall_minutes=2"
+STALL_MINUTES = 2
+FAULT = f"{FAULT_SETTINGS} -e finetune_stall_minutes={STALL_MINUTES}"
+# The watching plays' round (run_in_thread's finetune_progress_interval).
+ROUND_SECONDS = 5
+WORKER = "python[0-9.]* -u .*instinct_finetune_launch.py"  # torchrun's worker: python -u .../launch.py
 
 
 def kill_after_the_first_checkpoint():
@@ -278,8 +300,7 @@ def kill_after_the_first_checkpoint():
     thread = run_in_thread("finetune.yml", FAULT, outcome)
     wait_until(lambda: all(complete_checkpoints(h, FAULT_JOB) for h in NODES), thread, "a checkpoint on every node")
     saved = {h: complete_checkpoints(h, FAULT_JOB) for h in NODES}
-    # Kill node2's training worker (torchrun starts it as "python -u .../instinct_finetune_launch.py").
-    node(NODES[1], "pkill", "-9", "-f", "python[0-9.]* -u .*instinct_finetune_launch.py")
+    node(NODES[1], "pkill", "-9", "-f", WORKER)
     thread.join(timeout=600)
     failed = outcome["result"]
     assert failed.rc != 0
@@ -311,67 +332,86 @@ def launches(host, job):
     )
 
 
-def freeze_a_rank_of_the_resumed_job(saved):
-    """The resume is launched without waiting; once it trains, node2's worker is frozen (SIGSTOP), so
-    the job runs on without a step. site.yml run then holds back wherever it could disturb the job and
-    changes nothing; a play that re-attaches to watch it stops every rank as stalled."""
-    launched = sandbox.run_playbook("finetune.yml", cmdline=sandbox.site_cmdline(f"{FAULT} -e finetune_wait=false"))
-    assert launched.rc == 0, launched.failures
-    first = max(saved[NODES[0]])
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and trained_steps(NODES[0], FAULT_JOB) <= first:
-        time.sleep(1)
-    assert trained_steps(NODES[0], FAULT_JOB) > first
-    node(NODES[1], "pkill", "-STOP", "-f", "python[0-9.]* -u .*instinct_finetune_launch.py")
-    before = {host: launches(host, FAULT_JOB) for host in NODES}
+def wait_for_a_new_step(thread, saved):
+    """Until the resumed job took a step on node1 (past its checkpoint and past whatever step the
+    progress file kept from the launch before)."""
+    past = max(*saved[NODES[0]], trained_steps(NODES[0], FAULT_JOB))
+    wait_until(lambda: trained_steps(NODES[0], FAULT_JOB) > past and training_processes(NODES[1]) != [],
+               thread, "a step of the resumed job", timeout=300)  # fmt: skip
 
-    during = sandbox.run_playbook(
-        "site.yml",
-        cmdline=sandbox.site_cmdline(f"{FAULT_SETTINGS} -e finetune_wait=false"),
-        extravars={"finetune_collect_dir": str(sandbox.collect_dir())},
-    )
-    sandbox.write_report("site-during-job", during)
-    sandbox.print_report(during)
-    assert during.rc == 0, during.failures
-    assert during.changed_tasks() == []
-    shown = " ".join(str(d["msg"]) for d in during.debug)
-    assert f"job {FAULT_JOB}: attach (running on every node)" in shown
-    # Each stage that could disturb the job said why it held back, and did not act.
-    for what in ("is training on the cluster; its torchrun holds port 29500", "AMD's repositories, the driver",
-                 "no package of the venv is installed or changed", "this run did not wait for it"):  # fmt: skip
-        assert what in shown, what
-    assert during.ran("Listen on the master's port for every other node") == []
-    assert during.ran("Start one all-reduce process per node over the fabric interface") == []
-    assert during.ran("Start every rank at once (torchrun waits at the master for the others)") == []
-    assert {host: launches(host, FAULT_JOB) for host in NODES} == before  # no unit was restarted
 
-    watched = sandbox.run_playbook(
-        "finetune.yml",
-        cmdline=sandbox.site_cmdline(FAULT),
-        extravars={"finetune_collect_dir": str(sandbox.collect_dir()), "finetune_progress_interval": 5},
-        quiet=True,
-    )
+def stop_a_resume_whose_rank_froze(saved):
+    """A resume watched by its play; once it trains, node2's worker is frozen (SIGSTOP), so the job
+    runs on without a step. Within the stall window plus one round of the freeze, the play stops
+    every rank and fails naming the stall, the frozen node and the runbook page."""
+    outcome = {}
+    thread = run_in_thread("finetune.yml", FAULT, outcome)
+    wait_for_a_new_step(thread, saved)
+    node(NODES[1], "pkill", "-STOP", "-f", WORKER)
+    frozen_at = time.monotonic()
+    thread.join(timeout=600)
+    took = time.monotonic() - frozen_at
+    watched = outcome["result"]
     assert watched.rc != 0
     stall = " ".join(str(f["msg"]) for f in watched.failures)
     assert f"job {FAULT_JOB} stalled: every rank runs but none took a step" in stall, stall
     assert f"Suspect: {NODES[1]} ({NODES[1]}: process" in stall and "stopped by a signal" in stall, stall
     assert "docs/runbooks/rank-hung.md" in stall
-    # The job had been idle past the window (2 minutes: site.yml took longer) before the play attached:
-    # its first rounds saw the stall.
-    watch = next(t for t in watched.tasks if t["task"] == "Watch the job until it ends, a rank dies or it stalls")
-    assert watch["seconds"] < 60, watch
+    # The window runs from the last step, which came before the freeze. One round is the status
+    # call plus the interval; 30 s more covers stopping both units and the play's own end on a
+    # 2-core machine.
+    assert took <= STALL_MINUTES * 60 + ROUND_SECONDS + 30, took
+    print(f"frozen rank stopped {took:.0f} s after the freeze (window {STALL_MINUTES * 60} s, round {ROUND_SECONDS} s)")
     assert training_processes(NODES[0]) == [] and training_processes(NODES[1]) == []
 
 
-def resume_to_the_end_and_evaluate(saved):
-    """The last re-run resumes and, through evaluate.yml, evaluates what it finished."""
-    resumed = sandbox.run_playbook(
-        "evaluate.yml",
-        cmdline=sandbox.site_cmdline(FAULT),
-        extravars={"finetune_collect_dir": str(sandbox.collect_dir()), "finetune_progress_interval": 5},
-    )
-    sandbox.write_report("finetune-resumed", resumed)
-    assert resumed.rc == 0, resumed.failures
+def resume_while_site_yml_runs_again(saved):
+    """The last resume is launched without waiting, and site.yml is run again while it trains. Its
+    node2 worker is held (SIGSTOP) from launch until site.yml's watch starts, because the resume's
+    40 steps take less time than site.yml's stages before it; the job is live all along. site.yml
+    holds back in every stage that could disturb the job, changes nothing there, re-attaches to the
+    job, watches it to its end and evaluates it."""
+    launched = sandbox.run_playbook("finetune.yml", cmdline=sandbox.site_cmdline(f"{FAULT} -e finetune_wait=false"))
+    assert launched.rc == 0, launched.failures
+    wait_for_a_new_step(None, saved)
+    node(NODES[1], "pkill", "-STOP", "-f", WORKER)
+    before = {host: launches(host, FAULT_JOB) for host in NODES}
+    released = []
+
+    def release_at_the_watch(event):
+        data = event.get("event_data") or {}
+        if event.get("event") == "playbook_on_task_start" and data.get("task") == WATCH_TASK and not released:
+            node(NODES[1], "pkill", "-CONT", "-f", WORKER)
+            released.append(time.monotonic())
+
+    try:
+        during = sandbox.run_playbook(
+            "site.yml",
+            cmdline=sandbox.site_cmdline(FAULT_SETTINGS),
+            extravars={"finetune_collect_dir": str(sandbox.collect_dir()), "finetune_progress_interval": ROUND_SECONDS},
+            on_event=release_at_the_watch,
+        )
+    finally:
+        node(NODES[1], "pkill", "-CONT", "-f", WORKER, check=False)
+    sandbox.write_report("site-during-job", during)
+    sandbox.print_report(during)
+    assert during.rc == 0, during.failures
+    assert released, "site.yml never started watching the job"
+    shown = " ".join(str(d["msg"]) for d in during.debug)
+    assert f"job {FAULT_JOB}: attach (running on every node)" in shown
+    # Each stage that could disturb the job said why it held back, and did not act.
+    for what in ("is training on the cluster; its torchrun holds port 29500", "AMD's repositories, the driver",
+                 "no package of the venv is installed or changed"):  # fmt: skip
+        assert what in shown, what
+    assert during.ran("Listen on the master's port for every other node") == []
+    assert during.ran("Start one all-reduce process per node over the fabric interface") == []
+    assert during.ran("Start every rank at once (torchrun waits at the master for the others)") == []
+    assert {host: launches(host, FAULT_JOB) for host in NODES} == before  # no unit was restarted
+    # Nothing changed before the job ended: the only changes are what its end brings, the finished
+    # job's files collected on the controller and its evaluation.
+    changed = {(t["role"], t["task"]) for t in during.tasks if t["changed"]}
+    assert changed, "the finished job was neither collected nor evaluated"
+    assert all((role or "").endswith("evaluate") or task.startswith("Collect ") for role, task in changed), changed
     log = since_last_launch(node(NODES[0], "cat", f"/var/log/instinct-finetune/{FAULT_JOB}/train.log").stdout)
     # The launch marker names the common checkpoint; the Trainer says it restored that step.
     marker = re.search(r"resume_from_checkpoint=\S*/checkpoint-(\d+) ====", log)
@@ -386,6 +426,9 @@ def resume_to_the_end_and_evaluate(saved):
     evaluated = json.loads(node(NODES[0], "cat", f"{JOB_ROOT}/{FAULT_JOB}/output/eval.json").stdout)
     assert evaluated["strategy"] == "deepspeed_zero3"
     assert evaluated["perplexity"] < evaluated["base_perplexity"]
+
+
+WATCH_TASK = "Watch the job until it ends, a rank dies or it stalls"
 
 
 def test_zero3_full_fine_tuning_saves_weights_that_load_and_beat_the_base_model(converged):

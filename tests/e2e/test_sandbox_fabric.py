@@ -1,5 +1,6 @@
-"""The fabric stage on the sandbox's two networks: a management network that carries the default
-route and a fabric network chosen by fabric_cidr. The interface, the env file every launch reads,
+"""The fabric stage on the sandbox's three networks: a management network that carries the default
+route and two rail networks that fabric_cidr spans, as on a rail-optimised node. The socket
+interface (one rail, the same on every node), the env file every launch reads,
 the all-reduce between both nodes over that interface, and a wrong interface refused on its host
 before anything is launched. (This was molecule's fabric scenario; the sandbox runs the same role
 on nodes already converged.)"""
@@ -10,7 +11,8 @@ import re
 import pytest
 from cluster import NODES, ROOT, debug_messages, ip_json, node, sandbox
 
-FABRIC = ipaddress.ip_network("172.29.20.0/24")
+# inventories/sandbox/group_vars/all.yml's fabric_cidr: both rails.
+FABRIC = ipaddress.ip_network("172.29.20.0/23")
 
 
 def env_file(host):
@@ -40,6 +42,23 @@ def test_the_fabric_nic_is_chosen_by_cidr_and_it_is_not_the_default_route(conver
         assert any(ipaddress.ip_address(a) in FABRIC for a in addresses), (host, nic, addresses)
         default = ip_json(host, "route", "show", "default")
         assert default and all(route["dev"] != nic for route in default), (host, default)
+
+
+def test_with_two_rails_in_the_cidr_every_node_takes_the_masters_rail(converged):
+    nics = {host: shown["ifname"] for host, shown in figures(converged).items()}
+    subnets = set()
+    for host in NODES:
+        rails = [a for link in ip_json(host, "addr", "show") for a in link["addr_info"]
+                 if a["family"] == "inet" and ipaddress.ip_address(a["local"]) in FABRIC]  # fmt: skip
+        assert len(rails) == 2, (host, rails)  # two rails; the management NIC is outside the cidr
+        (link,) = ip_json(host, "addr", "show", "dev", nics[host])
+        (chosen,) = [a for a in link["addr_info"] if a["family"] == "inet"]
+        subnets.add(ipaddress.ip_network(f"{chosen['local']}/{chosen['prefixlen']}", strict=False))
+    assert len(subnets) == 1, subnets  # rails are switched apart: one subnet for every node's sockets
+    choices = debug_messages(converged, "Show the choice")
+    assert "matched cidr 172.29.20.0/23, first by name of 2" in choices[NODES[0]]
+    for host in NODES[1:]:
+        assert "matched cidr 172.29.20.0/23, on the master's subnet" in choices[host], choices[host]
 
 
 def test_the_env_file_holds_the_fabric_nic_and_the_master_on_it(converged):

@@ -367,13 +367,38 @@ def test_the_one_interface_in_cidr_is_chosen(fixture, cidr, expected):
     assert chosen == {"ifname": ifname, "address": address, "mtu": mtu, "reason": reason}
 
 
-def test_cidr_matching_several_interfaces_is_ambiguous():
-    message = fails("ambiguous", cidr="10.0.0.0/8")
+def test_a_cidr_spanning_several_rails_gives_the_master_the_first_by_name():
+    chosen = choose_fabric_iface(interfaces(MULTI), cidr="10.0.0.0/8")
+    assert chosen["ifname"] == "ens50f0" and chosen["address"] == "10.10.0.11"
+    assert chosen["reason"] == (
+        "matched cidr 10.0.0.0/8, first by name of 3 "
+        "(ens50f0 10.10.0.11/16, ens50f1 10.20.0.11/16, vxlan100 10.99.0.11/24)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("peer", "expected"),
+    [("10.10.0.12", "ens50f0"), ("10.20.255.1", "ens50f1"), ("10.99.0.200", "vxlan100")],
+)
+def test_a_cidr_spanning_several_rails_gives_the_other_nodes_the_masters_subnet(peer, expected):
+    chosen = choose_fabric_iface(interfaces(MULTI), cidr="10.0.0.0/8", peer=peer)
+    assert chosen["ifname"] == expected
+    assert chosen["reason"] == f"matched cidr 10.0.0.0/8, on the master's subnet ({peer})"
+
+
+def test_a_node_with_no_rail_on_the_masters_subnet_is_ambiguous():
+    message = fails("ambiguous", cidr="10.0.0.0/8", peer="10.30.0.1")
     assert message == (
         "fabric_iface: cidr 10.0.0.0/8 was asked for, but 3 interfaces hold an address in it "
-        "(ens50f0 10.10.0.11/16, ens50f1 10.20.0.11/16, vxlan100 10.99.0.11/24); set ifname for this host. "
+        "(ens50f0 10.10.0.11/16, ens50f1 10.20.0.11/16, vxlan100 10.99.0.11/24) and none of them is on the "
+        "subnet of the master's fabric address 10.30.0.1; set ifname for this host. "
         f"{MULTI_INVENTORY} See {RUNBOOK}"
     )
+
+
+def test_a_peer_that_is_not_an_address_is_refused():
+    with pytest.raises(FabricIfaceError, match=r"peer must be an IPv4 address, not 'node1'"):
+        choose_fabric_iface(interfaces(MULTI), cidr="10.0.0.0/8", peer="node1")
 
 
 @pytest.mark.parametrize("cidr", ["10.50.0.0/16", "172.17.0.0/16", "172.28.30.0/24", "10.40.0.0/16"])

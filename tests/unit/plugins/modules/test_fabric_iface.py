@@ -70,3 +70,12 @@ def test_ambiguous_without_any_hint(tmp_path):
     assert rc != 0
     assert result["reason"] == "ambiguous"
     assert "set ifname or cidr" in result["msg"]
+
+
+def test_with_a_cidr_spanning_rails_the_peers_subnet_decides_without_a_route_lookup(tmp_path):
+    # route_rc=2: a route lookup would fail the module; with a cidr, the peer only breaks the tie.
+    script = fake_ip(tmp_path, "buildmachine-netns-multinic.json", route_rc=2)
+    rc, result = run(f"ip_path={script} cidr=10.0.0.0/8 peer=10.20.0.12")
+    assert rc == 0, result
+    assert result["ansible_facts"]["fabric_ifname"] == "ens50f1"
+    assert result["ansible_facts"]["fabric_reason"] == "matched cidr 10.0.0.0/8, on the master's subnet (10.20.0.12)"
