@@ -244,3 +244,77 @@ def nearest_port_warnings(ports, hcas, gpu_numa_nodes):
                 f"their traffic crosses sockets. See {RUNBOOK}"
             )
     return warnings
+
+
+def netdevs_from_sysfs(files):
+    """The NICs of a ``/sys/class/net`` tree given as ``{"IF/device": PCI address, "IF/operstate":
+    text, "IF/speed": text, "IF/device/numa_node": text}`` (what ``sysfs.read_net_class`` reads):
+    one dict per interface with a device, in natural name order. A speed of -1 or unreadable (a
+    link that is down) is None."""
+    nics = {}
+    for path, text in (files or {}).items():
+        name, _, leaf = str(path).strip("/").partition("/")
+        nic = nics.setdefault(name, {"name": name, "pci": "", "state": "", "numa_node": None, "speed_mbps": None})
+        value = str(text).strip()
+        if leaf == "device":
+            nic["pci"] = value
+        elif leaf == "operstate":
+            nic["state"] = value.upper()
+        elif leaf == "speed" and value.lstrip("-").isdigit() and int(value) > 0:
+            nic["speed_mbps"] = int(value)
+        elif leaf == "device/numa_node" and value.lstrip("-").isdigit() and int(value) >= 0:
+            nic["numa_node"] = int(value)
+    return [nics[name] for name in sorted(nics, key=_natural)]
+
+
+def _natural(name):
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(name))]
+
+
+def nic_report(nics, ports, hcas, gpu_numa_nodes):
+    """What a node has for the fabric, for preflight's report: one row per NIC (and per RDMA port
+    without a netdev, as InfiniBand ports have), with its NUMA node, its RDMA ports and whether
+    they are in ``hcas`` (what NCCL_IB_HCA would list); the GPUs per NUMA node; and a warning for
+    each NUMA node whose GPUs' nearest active port is left out (:func:`nearest_port_warnings`)."""
+    chosen = set(hcas or [])
+    by_netdev = {}
+    for port in ports or []:
+        by_netdev.setdefault(port.get("netdev") or "", []).append(port)
+    rows = []
+    for nic in nics or []:
+        on_it = by_netdev.pop(nic["name"], [])
+        rows.append(
+            dict(nic, rdma=[_port_text(p, chosen) for p in on_it], in_hcas=any(_name(p) in chosen for p in on_it))
+        )
+    for netdev, left in sorted(by_netdev.items()):
+        for port in left:
+            rows.append({
+                "name": netdev or _name(port), "pci": "", "state": port.get("state", ""),
+                "numa_node": port.get("numa_node"), "speed_mbps": None,
+                "rdma": [_port_text(port, chosen)], "in_hcas": _name(port) in chosen,
+            })  # fmt: skip
+    gpus = {}
+    for node in gpu_numa_nodes or []:
+        key = "unknown" if node is None or int(node) < 0 else str(int(node))
+        gpus[key] = gpus.get(key, 0) + 1
+    return {"nics": rows, "gpus_by_numa": gpus, "warnings": nearest_port_warnings(ports, hcas, gpu_numa_nodes)}
+
+
+def _port_text(port, chosen):
+    mark = ", in NCCL_IB_HCA" if _name(port) in chosen else ""
+    return f"{_name(port)} {port.get('state') or '?'} {port.get('link_layer') or '?'}{mark}"
+
+
+def nic_report_lines(report):
+    """The report as the lines a play prints: a header, one line per NIC, the GPUs per NUMA node."""
+    lines = ["NIC | PCI | state | speed | NUMA | RDMA ports"]
+    for row in report["nics"]:
+        speed = f"{row['speed_mbps'] // 1000} Gb/s" if row.get("speed_mbps") else "-"
+        numa = "-" if row.get("numa_node") is None else str(row["numa_node"])
+        lines.append(
+            f"{row['name']} | {row.get('pci') or '-'} | {row.get('state') or '-'} | {speed} | {numa} | "
+            f"{'; '.join(row['rdma']) or 'none'}"
+        )
+    gpus = ", ".join(f"NUMA {node}: {count}" for node, count in sorted(report["gpus_by_numa"].items()))
+    lines.append(f"GPUs by NUMA node: {gpus or 'none'}")
+    return lines

@@ -90,8 +90,6 @@ gid_index:
   sample: "3"
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.instinct.finetune.plugins.module_utils.rdma import (
@@ -100,48 +98,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils.rdma import (
     ports_from_sysfs,
     roce_gid_index,
 )
-
-# What is read of each port, relative to its folder (GID files are listed per index).
-PORT_FILES = ("state", "link_layer", "rate")
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:  # EINVAL for the type of an unused GID entry, EACCES, a vanished port
-        return None
-
-
-def read_class_dir(class_dir):
-    """The files the reader needs, as ``{relative path: text}``."""
-    files = {}
-    if not os.path.isdir(class_dir):
-        return files
-    for device in sorted(os.listdir(class_dir)):
-        numa = _read(os.path.join(class_dir, device, "device", "numa_node"))
-        if numa is not None:
-            files[f"{device}/device/numa_node"] = numa
-        ports_dir = os.path.join(class_dir, device, "ports")
-        if not os.path.isdir(ports_dir):
-            continue
-        for port in sorted(os.listdir(ports_dir)):
-            base = os.path.join(ports_dir, port)
-            for name in PORT_FILES:
-                text = _read(os.path.join(base, name))
-                if text is not None:
-                    files[f"{device}/ports/{port}/{name}"] = text
-            gids = os.path.join(base, "gids")
-            for index in sorted(os.listdir(gids)) if os.path.isdir(gids) else []:
-                gid = _read(os.path.join(gids, index))
-                if gid is None or set(gid.strip()) <= {"0", ":"}:
-                    continue
-                files[f"{device}/ports/{port}/gids/{index}"] = gid
-                for attr in ("types", "ndevs"):
-                    text = _read(os.path.join(base, "gid_attrs", attr, index))
-                    if text is not None:
-                        files[f"{device}/ports/{port}/gid_attrs/{attr}/{index}"] = text
-    return files
+from ansible_collections.instinct.finetune.plugins.module_utils.sysfs import read_infiniband_class
 
 
 def main():
@@ -155,7 +112,7 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    ports = ports_from_sysfs(read_class_dir(params["class_dir"]))
+    ports = ports_from_sysfs(read_infiniband_class(params["class_dir"]))
     try:
         hcas, layer = choose_hcas(ports, params["hcas"], params["exclude_netdevs"])
         chosen = [p for p in ports if f"{p['device']}:{p['port']}" in hcas]

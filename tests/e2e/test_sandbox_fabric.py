@@ -128,3 +128,12 @@ def test_a_wrong_interface_fails_on_its_node_before_anything_is_launched(bad_int
     assert bad_interface.ran("Choose the other nodes' fabric interfaces") == [NODES[1]]
     assert bad_interface.ran("Listen on the master's port for every other node") == []
     assert bad_interface.ran("Start one all-reduce process per node over the fabric interface") == []
+
+
+def test_preflight_reported_the_nics_against_the_gpus(converged):
+    # The containers' interfaces are veths, with no device behind them: no NIC, no RDMA port. The
+    # simulated GPUs' PCI addresses are not in the container's /sys/bus/pci: their NUMA node is unknown.
+    reports = debug_messages(converged, "Report the NICs against the GPUs")
+    assert sorted(reports) == NODES
+    for lines in reports.values():
+        assert lines == ["NIC | PCI | state | speed | NUMA | RDMA ports", "GPUs by NUMA node: NUMA unknown: 8"]
