@@ -1,5 +1,5 @@
 # Entry points; each is a thin wrapper around a script in scripts/ that also runs on its own.
-.PHONY: venv test lint unit molecule e2e sandbox collection bench bench-sandbox bench-distribution clean
+.PHONY: venv test lint unit molecule e2e sandbox collection bench bench-sandbox bench-distribution bench-fabric clean
 
 venv:         ## create or refresh .venv/ (pinned tools and collections)
 	bash scripts/bootstrap-venv.sh
@@ -35,6 +35,10 @@ bench-sandbox: ## wall time of site.yml on the sandbox cluster by stage (BENCH_A
 bench-distribution: ## seconds to put a 1 GiB wheel on 8 nodes: node to node against through the controller
 	bash scripts/bootstrap-venv.sh && bash scripts/ensure-docker.sh && \
 	  bash -c 'source scripts/env.sh && export INSTINCT_IMAGE_JAMMY=$$(molecule/resources/images/build.sh jammy) && python bench/bench_distribution.py $(BENCH_ARGS)'
+
+bench-fabric: ## seconds from the fabric stage's start to its failure for a wrong interface and an unreachable master
+	bash scripts/bootstrap-venv.sh && bash scripts/ensure-docker.sh && \
+	  bash -c 'source scripts/env.sh && python bench/bench_fabric_failure.py $(BENCH_ARGS)'
 
 clean:
 	rm -rf .venv .pytest_cache .ruff_cache instinct-finetune-*.tar.gz
