@@ -18,6 +18,8 @@ class FilterModule:
             "allreduce_thresholds": _wrap(rccl_perf.thresholds_for),
             "allreduce_gate_problems": _wrap(rccl_perf.gate_problems),
             "allreduce_layout": _wrap(rccl_perf.allreduce_layout),
+            "rccl_tests_argv": _wrap(rccl_perf.rccl_tests_argv),
+            "rccl_tests_busbw": _wrap(rccl_perf.measured_busbw),
             "rdma_gid_index_problems": _wrap(rdma.gid_index_problems),
             "rdma_nearest_port_warnings": _wrap(rdma.nearest_port_warnings),
         }

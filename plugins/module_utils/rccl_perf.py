@@ -185,3 +185,25 @@ def allreduce_layout(hosts, gpus_by_host, smoke_sizes_mb, max_bytes, judged=True
                 sizes.append(size)
             size *= 2
     return {"ranks": ranks, "world": first, "sizes_mb": sorted(sizes), "gpu": gpu}
+
+
+def rccl_tests_argv(binary, hosts, gpus_per_node, max_bytes, mpi=None):
+    """The command that runs rccl-tests' ``all_reduce_perf`` over every GPU of ``hosts`` (the fabric
+    addresses, the master first), from 1 MiB doubling up to ``max_bytes``.
+
+    On one node a single process drives every GPU (``-g N``), as rccl-tests runs without MPI. On
+    several, Open MPI starts one process per GPU on each node (``-g 1``, ``--host ADDR:N``), as
+    ROCm's cluster validation suite runs it. ``mpi``: ``mpirun`` (the launcher, default ``mpirun``),
+    ``env_names`` (the environment variables every rank gets, ``-x``) and ``args`` (before the
+    program, for example ``--mca btl_tcp_if_include eth1``)."""
+    gpus = int(gpus_per_node)
+    if gpus < 1 or not hosts:
+        raise ValueError(f"all_reduce_perf needs GPUs on every node (gpus_per_node {gpus_per_node}, hosts {hosts})")
+    sizes = ["-b", str(1 << 20), "-e", str(int(max_bytes)), "-f", "2"]
+    if len(hosts) == 1:
+        return [binary, *sizes, "-g", str(gpus)]
+    mpi = mpi or {}
+    exported = [arg for name in mpi.get("env_names") or [] for arg in ("-x", name)]
+    placement = ["--np", str(gpus * len(hosts)), "--host", ",".join(f"{host}:{gpus}" for host in hosts)]
+    launcher = [mpi.get("mpirun") or "mpirun", *placement, "--bind-to", "numa", *exported, *(mpi.get("args") or [])]
+    return [*launcher, binary, *sizes, "-g", "1"]

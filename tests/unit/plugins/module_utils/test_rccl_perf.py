@@ -13,6 +13,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils.rccl_perf import
     gate_problems,
     measured_busbw,
     parse_rccl_tests,
+    rccl_tests_argv,
     thresholds_for,
 )
 from tests.unit.conftest import FIXTURES, ROOT
@@ -137,3 +138,25 @@ def test_nodes_of_different_gpu_counts_get_consecutive_ranks_and_a_mix_is_refuse
 def test_gpu_nodes_without_a_threshold_stay_at_the_smoke_sizes():
     layout = allreduce_layout(["n1", "n2"], {"n1": 4, "n2": 4}, [1, 8, 32], 8 * GIB, judged=False)
     assert layout["sizes_mb"] == [1, 8, 32] and layout["world"] == 8
+
+
+def test_the_command_for_two_nodes_runs_one_mpi_rank_per_gpu_as_the_recorded_run_did():
+    mpi = {"env_names": ["NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"], "args": ["--mca", "btl", "^openib"]}
+    argv = rccl_tests_argv("/opt/rccl-tests/build/all_reduce_perf", ["10.1.0.1", "10.1.0.2"], 8, 16 * GIB, mpi)
+    assert argv[:5] == ["mpirun", "--np", "16", "--host", "10.1.0.1:8,10.1.0.2:8"]
+    assert argv[argv.index("-x") : argv.index("-x") + 4] == ["-x", "NCCL_IB_HCA", "-x", "NCCL_SOCKET_IFNAME"]
+    assert argv[argv.index("--mca") : argv.index("--mca") + 3] == ["--mca", "btl", "^openib"]
+    program = argv[argv.index("/opt/rccl-tests/build/all_reduce_perf") :]
+    assert program[1:] == ["-b", "1048576", "-e", str(16 * GIB), "-f", "2", "-g", "1"]
+    # The recorded two-node run was launched the same way: one GPU per process, sizes doubling, 16 ranks.
+    header = TWO_NODES.splitlines()[0]
+    assert "nGpus 1 " in header and "step: 2(factor)" in header and f"maxBytes {16 * GIB}" in header
+    assert len(parse_rccl_tests(TWO_NODES)["ranks"]) == int(argv[2])
+
+
+def test_the_command_for_one_node_drives_every_gpu_from_one_process_and_no_gpu_is_refused():
+    assert rccl_tests_argv("all_reduce_perf", ["10.1.0.1"], 8, 8 * GIB) == [
+        "all_reduce_perf", "-b", "1048576", "-e", str(8 * GIB), "-f", "2", "-g", "8",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="needs GPUs on every node"):
+        rccl_tests_argv("all_reduce_perf", ["10.1.0.1"], 0, 8 * GIB)
