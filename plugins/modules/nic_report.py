@@ -89,8 +89,10 @@ gpus_by_numa:
   returned: always
   type: dict
   sample: {"0": 4, "1": 4}
-warnings:
-  description: One sentence per NUMA node whose GPUs' nearest active RDMA port is left out.
+numa_warnings:
+  description:
+    - One sentence per NUMA node whose GPUs' nearest active RDMA port is left out.
+    - Not C(warnings), which Ansible takes for the module's own warnings.
   returned: always
   type: list
   elements: str
@@ -140,7 +142,15 @@ def main():
     except RdmaError as error:
         hcas, problem = [], str(error)
     report = nic_report(nics, ports, hcas, gpu_numa)
-    module.exit_json(changed=False, hcas=hcas, problem=problem, lines=nic_report_lines(report), **report)
+    module.exit_json(
+        changed=False,
+        nics=report["nics"],
+        gpus_by_numa=report["gpus_by_numa"],
+        numa_warnings=report["warnings"],
+        hcas=hcas,
+        problem=problem,
+        lines=nic_report_lines(report),
+    )
 
 
 if __name__ == "__main__":

@@ -103,3 +103,15 @@ def test_the_module_reports_and_does_not_fail_on_a_choice_the_fabric_role_would_
     assert result["hcas"] == [] and "mix link layers" in result["problem"]
     assert result["nics"][0]["name"] == "eno1" and result["gpus_by_numa"] == {"0": 1}
     assert result["changed"] is False and result["lines"][1].startswith("eno1 | 0000:01:00.0 | UP | 1 Gb/s | 0 | none")
+
+
+def test_the_module_returns_the_numa_warnings_under_a_name_ansible_leaves_alone(tmp_path):
+    # Two ports on NUMA node 1, GPUs there, and RCCL asked to use only the port on node 0.
+    net = net_tree(tmp_path, {"eno1": ("0000:01:00.0", "up", 1000, 0)})
+    args = {"net_dir": str(net), "class_dir": str(H100_TREE), "pci_dir": str(tmp_path / "devices"),
+            "gpu_pci_addresses": ["01:00.0"], "hcas": ["mlx5_0"]}  # fmt: skip
+    rc, result = run_module("nic_report", json.dumps(args))
+    assert rc == 0, result
+    assert result["hcas"] == ["mlx5_0:1"] and result["problem"] == ""
+    # The recorded tree has no NUMA nodes: nothing to warn about, and the key is there to say so.
+    assert result["numa_warnings"] == []
