@@ -75,8 +75,8 @@ NODE_TO_NODE = textwrap.dedent(
           vars:
             wheel_build_name: bench
             wheel_build_out: "{{ out }}"
-            wheel_build_owner: root
-            wheel_build_group: root
+            instinct_user: root
+            instinct_group: root
     """
 )
 

@@ -33,7 +33,7 @@ def run_step(tmp_path, threshold):
     env_file.write_text("NCCL_SOCKET_IFNAME=eth1\n")
     (tmp_path / "play.yml").write_text(PLAYBOOK)
     extravars = {
-        "ansible_become": False,  # the step runs as fabric_owner; here as the test's own user
+        "ansible_become": False,  # the step runs as instinct_user; here as the test's own user
         "ansible_python_interpreter": sys.executable,
         "fabric_rccl_tests_path": str(tool),
         "fabric_env_file": str(env_file),
