@@ -27,4 +27,5 @@ class FilterModule:
         return {
             "pytorch_rocm_arch": _wrap(build.pytorch_rocm_arch),
             "build_jobs": _wrap(build.build_jobs),
+            "ds_wheel_key": _wrap(build.ds_wheel_key),
         }

@@ -4,6 +4,8 @@
 
 from __future__ import absolute_import, division, print_function
 
+import hashlib
+import json
 import re
 
 __metaclass__ = type
@@ -43,3 +45,20 @@ def build_jobs(cores, memory_mb, gib_per_job=GIB_PER_BUILD_JOB):
         raise ValueError(f"build_jobs needs positive cores and memory, got cores={cores}, memory_mb={memory_mb}")
     by_memory = int(memory_mb // (gib_per_job * 1024))
     return max(1, min(cores, by_memory))
+
+
+def ds_wheel_key(arch_key, torch_version, rocm_release, ops_env):
+    """The name of a DeepSpeed wheel's build: what its compiled ops were built against, so that a
+    change of any of them builds a new wheel instead of reusing one that no longer loads.
+
+    ``arch_key``: the arch set (``gfx942``, ``gfx90a-gfx942``) or ``cpu``; ``torch_version``:
+    torch's version with its local label (``2.13.0+rocm7.0``: the ops link against that torch's
+    C++ ABI); ``rocm_release``: the node's ROCm (hipcc and the HIP runtime; empty on a CPU node);
+    ``ops_env``: the op switches (``DS_BUILD_*``), hashed. Returns
+    ``ARCH-torchVERSION-rocmRELEASE-opsHASH``, safe as a folder name."""
+    if not str(torch_version or "").strip():
+        raise ValueError("DeepSpeed's wheel key needs torch's version: its ops are built against it")
+    ops = hashlib.sha256(json.dumps(ops_env or {}, sort_keys=True).encode("utf-8")).hexdigest()[:8]
+    release = str(rocm_release or "").strip() or "none"
+    parts = [str(arch_key).replace(";", "-"), f"torch{str(torch_version).strip()}", f"rocm{release}"]
+    return "-".join(re.sub(r"[^0-9A-Za-z.+_-]", "_", part) for part in parts) + f"-ops{ops}"

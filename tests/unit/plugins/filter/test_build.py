@@ -8,6 +8,7 @@ from ansible_collections.instinct.finetune.plugins.filter.build import FilterMod
 FILTERS = FilterModule().filters()
 pytorch_rocm_arch = FILTERS["pytorch_rocm_arch"]
 build_jobs = FILTERS["build_jobs"]
+ds_wheel_key = FILTERS["ds_wheel_key"]
 
 
 @pytest.mark.parametrize(
@@ -60,3 +61,23 @@ def test_build_jobs_is_between_one_and_the_core_count(cores, memory_mb):
     jobs = build_jobs(cores, memory_mb)
     assert 1 <= jobs <= cores
     assert jobs == 1 or jobs * 4 * 1024 <= memory_mb
+
+
+def test_deepspeeds_wheel_key_changes_with_torch_rocm_arch_and_ops_and_only_with_them():
+    ops = {"DS_BUILD_OPS": "0", "DS_BUILD_CPU_ADAM": "1"}
+    key = ds_wheel_key("gfx942", "2.13.0+rocm7.0", "7.0.2", ops)
+    assert key.startswith("gfx942-torch2.13.0+rocm7.0-rocm7.0.2-ops")
+    assert ds_wheel_key("gfx942", "2.13.0+rocm7.0", "7.0.2", dict(reversed(list(ops.items())))) == key
+    others = {
+        ds_wheel_key("gfx942", "2.13.1+rocm7.0", "7.0.2", ops),  # a torch upgrade
+        ds_wheel_key("gfx942", "2.13.0+rocm7.1", "7.0.2", ops),  # the same torch for another ROCm
+        ds_wheel_key("gfx942", "2.13.0+rocm7.0", "7.1.0", ops),  # another ROCm on the node
+        ds_wheel_key("gfx90a;gfx942", "2.13.0+rocm7.0", "7.0.2", ops),
+        ds_wheel_key("gfx942", "2.13.0+rocm7.0", "7.0.2", dict(ops, DS_BUILD_FUSED_ADAM="1")),
+    }
+    assert key not in others and len(others) == 5
+    assert ds_wheel_key("gfx90a;gfx942", "2.13.0+rocm7.0", "", ops).startswith(
+        "gfx90a-gfx942-torch2.13.0+rocm7.0-rocmnone-"
+    )
+    with pytest.raises(AnsibleFilterError, match="needs torch's version"):
+        ds_wheel_key("cpu", "", "", ops)
