@@ -361,7 +361,8 @@ def stop_a_resume_whose_rank_froze(saved):
     # call plus the interval; 30 s more covers stopping both units and the play's own end on a
     # 2-core machine.
     assert took <= STALL_MINUTES * 60 + ROUND_SECONDS + 30, took
-    print(f"frozen rank stopped {took:.0f} s after the freeze (window {STALL_MINUTES * 60} s, round {ROUND_SECONDS} s)")
+    figures = {"seconds_from_freeze_to_stop": round(took, 1), "window_s": STALL_MINUTES * 60, "round_s": ROUND_SECONDS}
+    (sandbox.collect_dir() / "stall.json").write_text(json.dumps(figures) + "\n")
     assert training_processes(NODES[0]) == [] and training_processes(NODES[1]) == []
 
 

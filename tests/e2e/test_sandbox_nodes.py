@@ -125,7 +125,7 @@ def test_deepspeed_was_built_once_for_both_nodes_with_its_cpu_ops(converged):
     """One node built the wheel (its log names the ops); the other got the same file."""
     folders, sums, logs = {}, {}, {}
     for host in NODES:
-        (folder,) = node(host, "sh", "-c", "ls -d /opt/instinct/wheels/deepspeed/0.16.9/cpu-ops*").stdout.split()
+        (folder,) = node(host, "sh", "-c", "ls -d /opt/instinct/wheels/deepspeed/0.16.9/cpu-torch*").stdout.split()
         folders[host] = folder
         assert node(host, "stat", "-c", "%U", folder).stdout.strip() == "instinct"
         wheels = node(host, "sh", "-c", f"ls {folder}/*.whl").stdout.split()
@@ -146,7 +146,7 @@ def test_the_other_nodes_fetched_the_wheel_from_the_builder_and_the_controller_n
     it over the management network and node2 checked its sha256. No wheel file appeared on the
     controller during the run (its whole filesystem is searched, the containers' layers aside)."""
     builder, peers = NODES[0], NODES[1:]
-    (folder,) = node(builder, "sh", "-c", "ls -d /opt/instinct/wheels/deepspeed/0.16.9/cpu-ops*").stdout.split()
+    (folder,) = node(builder, "sh", "-c", "ls -d /opt/instinct/wheels/deepspeed/0.16.9/cpu-torch*").stdout.split()
     (wheel,) = node(builder, "sh", "-c", f"ls {folder}/*.whl").stdout.split()
     want = node(builder, "sha256sum", wheel).stdout.split()[0]
     for peer in peers:
