@@ -367,7 +367,8 @@ def stop_a_resume_whose_rank_froze(saved):
 
 
 def resume_while_site_yml_runs_again(saved):
-    """The last resume is launched without waiting, and site.yml is run again while it trains. Its
+    """The last resume is launched without waiting; site.yml --check --diff while it runs predicts no
+    change; then site.yml is run again while it trains. Its
     node2 worker is held (SIGSTOP) from launch until site.yml's watch starts, because the resume's
     40 steps take less time than site.yml's stages before it; the job is live all along. site.yml
     holds back in every stage that could disturb the job, changes nothing there, re-attaches to the
@@ -377,6 +378,17 @@ def resume_while_site_yml_runs_again(saved):
     wait_for_a_new_step(None, saved)
     node(NODES[1], "pkill", "-STOP", "-f", WORKER)
     before = {host: launches(host, FAULT_JOB) for host in NODES}
+    # Check mode while the job runs: every stage predicts, nothing would change, nothing is touched.
+    checked = sandbox.run_playbook(
+        "site.yml",
+        cmdline=sandbox.site_cmdline(f"{FAULT_SETTINGS} --check --diff"),
+        extravars={"finetune_collect_dir": str(sandbox.collect_dir())},
+        quiet=True,
+    )
+    sandbox.write_report("site-check-during-job", checked)
+    assert checked.rc == 0, checked.failures
+    assert checked.changed_tasks() == []
+    assert f"job {FAULT_JOB}: attach (running on every node)" in " ".join(str(d["msg"]) for d in checked.debug)
     released = []
 
     def release_at_the_watch(event):
