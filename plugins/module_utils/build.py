@@ -55,10 +55,12 @@ def ds_wheel_key(arch_key, torch_version, rocm_release, ops_env):
     torch's version with its local label (``2.13.0+rocm7.0``: the ops link against that torch's
     C++ ABI); ``rocm_release``: the node's ROCm (hipcc and the HIP runtime; empty on a CPU node);
     ``ops_env``: the op switches (``DS_BUILD_*``), hashed. Returns
-    ``ARCH-torchVERSION-rocmRELEASE-opsHASH``, safe as a folder name."""
+    ``ARCH-torchVERSION-rocmRELEASE-opsHASH`` (``+`` written ``_``), safe as a folder name and a URL."""
     if not str(torch_version or "").strip():
         raise ValueError("DeepSpeed's wheel key needs torch's version: its ops are built against it")
     ops = hashlib.sha256(json.dumps(ops_env or {}, sort_keys=True).encode("utf-8")).hexdigest()[:8]
     release = str(rocm_release or "").strip() or "none"
     parts = [str(arch_key).replace(";", "-"), f"torch{str(torch_version).strip()}", f"rocm{release}"]
-    return "-".join(re.sub(r"[^0-9A-Za-z.+_-]", "_", part) for part in parts) + f"-ops{ops}"
+    # No "+": pip records the file a wheel came from as a URL (direct_url.json), where "+" is
+    # written %2B, and the installed wheel would no longer match its own folder.
+    return "-".join(re.sub(r"[^0-9A-Za-z._-]", "_", part) for part in parts) + f"-ops{ops}"

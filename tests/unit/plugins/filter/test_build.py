@@ -66,7 +66,7 @@ def test_build_jobs_is_between_one_and_the_core_count(cores, memory_mb):
 def test_deepspeeds_wheel_key_changes_with_torch_rocm_arch_and_ops_and_only_with_them():
     ops = {"DS_BUILD_OPS": "0", "DS_BUILD_CPU_ADAM": "1"}
     key = ds_wheel_key("gfx942", "2.13.0+rocm7.0", "7.0.2", ops)
-    assert key.startswith("gfx942-torch2.13.0+rocm7.0-rocm7.0.2-ops")
+    assert key.startswith("gfx942-torch2.13.0_rocm7.0-rocm7.0.2-ops")
     assert ds_wheel_key("gfx942", "2.13.0+rocm7.0", "7.0.2", dict(reversed(list(ops.items())))) == key
     others = {
         ds_wheel_key("gfx942", "2.13.1+rocm7.0", "7.0.2", ops),  # a torch upgrade
@@ -77,7 +77,7 @@ def test_deepspeeds_wheel_key_changes_with_torch_rocm_arch_and_ops_and_only_with
     }
     assert key not in others and len(others) == 5
     assert ds_wheel_key("gfx90a;gfx942", "2.13.0+rocm7.0", "", ops).startswith(
-        "gfx90a-gfx942-torch2.13.0+rocm7.0-rocmnone-"
+        "gfx90a-gfx942-torch2.13.0_rocm7.0-rocmnone-"
     )
     with pytest.raises(AnsibleFilterError, match="needs torch's version"):
         ds_wheel_key("cpu", "", "", ops)
