@@ -20,12 +20,13 @@ Run: make bench-fabric, or scripts/env.sh-ed: python bench/bench_fabric_failure.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_sandbox import load_sandbox  # bench/ is on the path when run as a script
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_SECONDS = 30
@@ -47,13 +48,6 @@ WRONG_INTERFACE = f"""\
 - name: Run the fabric playbook with that mistake
   ansible.builtin.import_playbook: {ROOT}/playbooks/fabric.yml
 """
-
-
-def load_sandbox():
-    spec = importlib.util.spec_from_file_location("sandbox", ROOT / "scripts" / "sandbox.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class Clock:
