@@ -242,6 +242,7 @@ def sandbox_env():
         "SIM_REPO_PORT": os.environ.get("SANDBOX_REPO_PORT", "8764"),
         "SIM_GATEWAY": "172.29.10.1",
         "SIM_VARS_FILE": str(state / "sim-repo.yml"),
+        "SIM_SYS_DIR": str(state / "sim-sys"),
     }
     os.environ.update(env)
     return env
@@ -251,6 +252,7 @@ def cluster_up(fresh_apt=False):
     """Start (or reuse) the nodes and make them simulated Instinct nodes. With fresh_apt, leave apt's
     lists empty and new, as on a just-built image, so the run that follows must refresh them."""
     env = sandbox_env()
+    require(run_playbook(RESOURCES / "sim-node" / "loaded-driver.yml"))
     require(run_playbook(RESOURCES / "sandbox" / "up.yml"))
     require(run_playbook(RESOURCES / "sim-node" / "repo-up.yml"))
     require(

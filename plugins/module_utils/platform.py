@@ -37,13 +37,32 @@ def path_ancestors(path):
     return ["/"] + ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-def kernel_packages(facts):
-    """Packages amdgpu-dkms needs for the running kernel: its headers, and on Ubuntu the
-    linux-modules-extra split that carries the drivers amdgpu depends on."""
+def next_boot_kernel(vmlinuz_target):
+    """The kernel release a node boots next, from the target of ``/boot/vmlinuz`` (Ubuntu's and Debian's
+    kernel packages point it at the newest installed kernel, which GRUB boots by default):
+    ``vmlinuz-6.8.0-49-generic`` or ``/boot/vmlinuz-6.8.0-49-generic`` -> ``6.8.0-49-generic``;
+    None for no link or another name."""
+    name = str(vmlinuz_target or "").rsplit("/", 1)[-1]
+    if not name.startswith("vmlinuz-"):
+        return None
+    return name[len("vmlinuz-") :] or None
+
+
+def kernel_packages(facts, vmlinuz_target=None):
+    """Packages amdgpu-dkms needs for the running kernel and for the kernel the node boots next (a
+    kernel update waiting for its reboot would otherwise boot without amdgpu, since DKMS builds only for
+    kernels whose headers are installed): their headers, and on Ubuntu the linux-modules-extra split that
+    carries the drivers amdgpu depends on."""
     kernel = facts.get("kernel")
     if not kernel:
         raise ValueError("the facts have no 'kernel' (gather facts first)")
-    packages = [f"linux-headers-{kernel}"]
-    if facts.get("distribution") == "Ubuntu":
-        packages.append(f"linux-modules-extra-{kernel}")
+    kernels = [kernel]
+    upcoming = next_boot_kernel(vmlinuz_target)
+    if upcoming and upcoming != kernel:
+        kernels.append(upcoming)
+    packages = []
+    for release in kernels:
+        packages.append(f"linux-headers-{release}")
+        if facts.get("distribution") == "Ubuntu":
+            packages.append(f"linux-modules-extra-{release}")
     return packages

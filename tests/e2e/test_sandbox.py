@@ -240,6 +240,41 @@ def test_site_yml_in_check_mode_on_the_converged_cluster_changes_nothing(converg
     assert again.ran("Check that the finetune stage finished the job") == NODES
 
 
+# The stage playbooks site.yml chains, as an operator runs one of them alone on a provisioned cluster.
+STAGES = ("preflight.yml", "provision.yml", "stack.yml", "fabric.yml", "monitoring.yml", "finetune.yml", "evaluate.yml")
+
+
+def test_each_stage_playbook_alone_on_the_provisioned_cluster_changes_nothing(converged):
+    """Each stage run alone, with no earlier play of the same run to hand it facts: rc 0 and no change.
+    The facts a stage needs are read again on the nodes (the GPUs' archs for AMD's RCCL settings, the
+    GPU count for the collector) or were written by the stage that owns them."""
+    failures, changes = {}, {}
+    for playbook in STAGES:
+        # The provisioning stages as a rolling upgrade does them: one node at a time.
+        rolling = playbook in {"provision.yml", "stack.yml"}
+        alone = sandbox.run_playbook(
+            playbook,
+            cmdline=sandbox.site_cmdline("-e instinct_rolling_batch=1" if rolling else ()),
+            extravars={"finetune_collect_dir": str(sandbox.collect_dir())},
+        )
+        sandbox.write_report(f"alone-{playbook.removesuffix('.yml')}", alone)
+        sandbox.print_report(alone)
+        if alone.rc != 0:
+            failures[playbook] = alone.failures
+        if alone.changed:
+            changes[playbook] = alone.changed_tasks()
+        if rolling:
+            # One play start per batch: every node had its turn, one after the other.
+            assert len(alone.plays) == len(NODES), alone.plays
+        if playbook == "fabric.yml":
+            # Read again, not inherited: the env file keeps the arch's settings (not rewritten without them).
+            assert alone.ran("Read the GPUs' archs when this run has not") == NODES
+        if playbook == "finetune.yml":
+            assert any("skip (finished on every node)" in str(d["msg"]) for d in alone.debug)
+    assert failures == {}
+    assert changes == {}
+
+
 def run_in_thread(playbook, extra, outcome):
     def run():
         outcome["result"] = sandbox.run_playbook(

@@ -4,6 +4,7 @@ import yaml
 from ansible_collections.instinct.finetune.plugins.filter.platform import FilterModule
 from ansible_collections.instinct.finetune.plugins.module_utils.platform import (
     kernel_packages,
+    next_boot_kernel,
     path_ancestors,
     platform_list,
     release_of,
@@ -83,3 +84,21 @@ def test_kernel_packages_follow_the_running_kernel_and_the_distribution():
     assert kernel_packages({"kernel": "6.1.0-26-amd64", "distribution": "Debian"}) == ["linux-headers-6.1.0-26-amd64"]
     with pytest.raises(ValueError, match="kernel"):
         kernel_packages({"distribution": "Ubuntu"})
+
+
+def test_kernel_packages_add_the_kernel_the_node_boots_next():
+    """A kernel update waiting for its reboot: /boot/vmlinuz names the new kernel, whose headers DKMS
+    needs to build amdgpu for it before the node boots it."""
+    ubuntu = {"kernel": "6.8.0-45-generic", "distribution": "Ubuntu"}
+    assert kernel_packages(ubuntu, "vmlinuz-6.8.0-49-generic") == [
+        "linux-headers-6.8.0-45-generic",
+        "linux-modules-extra-6.8.0-45-generic",
+        "linux-headers-6.8.0-49-generic",
+        "linux-modules-extra-6.8.0-49-generic",
+    ]
+    # An absolute target, the running kernel itself, no link, or a name that is not a kernel image.
+    assert kernel_packages(ubuntu, "/boot/vmlinuz-6.8.0-49-generic")[2] == "linux-headers-6.8.0-49-generic"
+    assert kernel_packages(ubuntu, "vmlinuz-6.8.0-45-generic") == kernel_packages(ubuntu)
+    assert kernel_packages(ubuntu, "") == kernel_packages(ubuntu)
+    assert kernel_packages(ubuntu, "initrd.img-6.8.0-49-generic") == kernel_packages(ubuntu)
+    assert next_boot_kernel("vmlinuz-") is None

@@ -1,0 +1,182 @@
+# Copyright: instinct.finetune contributors
+# Apache License 2.0 (see LICENSE)
+"""The amdgpu kernel driver a node runs against the one DKMS installed, and whether Secure Boot lets
+a DKMS module load: pure functions over the text of ``dkms status``, ``/sys/module/amdgpu/version``,
+``mokutil`` and the SecureBoot EFI variable, so that recorded outputs stand for a node in the tests.
+
+Why a comparison and not a flag: a package change is seen by one run only. When ``amdgpu-dkms``
+changes and the node is not rebooted, the next run sees no package change and would verify the old
+driver (an HWE kernel's in-tree amdgpu answers rocminfo) as if it were the new one. What is loaded
+and what is installed are both on the node, on every run.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import re
+
+__metaclass__ = type
+
+# dkms 3.x: "amdgpu/6.14.14-2226257.22.04, 6.8.0-45-generic, x86_64: installed"
+# dkms 2.x: "amdgpu, 5.11.14-1234, 5.11.0-37-generic, x86_64: installed"
+# either, not built for any kernel yet: "amdgpu/6.8.5-2009582.24.04: added"
+# A trailing note is kept: "(WARNING! Diff between built and installed module!)".
+_DKMS_LINE = re.compile(
+    r"^(?P<module>[^/,:\s]+)(?:/|,\s*)(?P<version>[^,:\s]+)"
+    r"(?:,\s*(?P<kernel>[^,:\s]+)(?:,\s*(?P<arch>[^,:\s]+))?)?"
+    r":\s*(?P<state>[A-Za-z]+)\s*(?P<note>.*)$"
+)
+
+STATE_CURRENT = "current"
+STATE_REBOOT = "reboot-required"
+STATE_NOT_LOADED = "not-loaded"
+STATE_NO_DKMS = "no-dkms"
+
+
+def parse_dkms_status(text):
+    """Every line of ``dkms status`` as ``{module, version, kernel, arch, state, note}`` (kernel and
+    arch None for a module only added); lines that are not module lines (warnings) are skipped."""
+    entries = []
+    for raw in (text or "").splitlines():
+        match = _DKMS_LINE.match(raw.strip())
+        if not match:
+            continue
+        entry = match.groupdict()
+        entry["note"] = entry["note"].strip()
+        entries.append(entry)
+    return entries
+
+
+def module_base_version(version):
+    """The driver's own version in a DKMS module version: ``6.14.14-2226257.22.04`` -> ``6.14.14``,
+    the form the module itself reports in ``/sys/module/amdgpu/version`` (``MODULE_VERSION``)."""
+    return str(version or "").strip().split("-", 1)[0]
+
+
+def installed_for_kernel(entries, kernel, module="amdgpu"):
+    """The DKMS versions of ``module`` installed for ``kernel`` (state ``installed``), newest last."""
+    versions = [
+        entry["version"]
+        for entry in entries
+        if entry["module"] == module and entry["kernel"] == kernel and entry["state"] == "installed"
+    ]
+    return sorted(set(versions), key=_version_key)
+
+
+def _version_key(version):
+    return [int(part) if part.isdigit() else part for part in re.split(r"[.\-]", version)]
+
+
+def driver_state(kernel, dkms_text, loaded, installed_mtime=None, boot_time=None):
+    """Whether the node runs the amdgpu that DKMS installed for its running ``kernel``.
+
+    ``loaded``: None when no amdgpu is loaded (no ``/sys/module/amdgpu``), else the text of its
+    ``version`` file, empty when the file is absent (the kernel's in-tree amdgpu has no
+    MODULE_VERSION; AMD's DKMS module has one). ``installed_mtime`` and ``boot_time`` (seconds since
+    the epoch: the module file's modification time, ``btime`` of ``/proc/stat``) tell a driver
+    installed since the node booted, which only a reboot loads, from one that was there at boot and
+    did not load.
+
+    Returns ``{state, loaded, loaded_version, installed_version, installed_since_boot}`` where state is
+    ``current`` (the loaded driver is the installed one), ``reboot-required`` (another driver, or none,
+    is loaded and the installed one came after the boot, or the in-tree or an older driver still
+    runs), ``not-loaded`` (installed before this boot and no amdgpu loaded: it failed to load) or
+    ``no-dkms`` (no amdgpu installed for this kernel: nothing to compare).
+    """
+    installed = installed_for_kernel(parse_dkms_status(dkms_text), kernel)
+    loaded_version = (loaded or "").strip() or None
+    loaded = loaded is not None
+    since_boot = None
+    if installed_mtime is not None and boot_time is not None:
+        since_boot = installed_mtime > boot_time
+    result = {
+        "loaded": bool(loaded),
+        "loaded_version": loaded_version,
+        "installed_version": installed[-1] if installed else None,
+        "installed_since_boot": since_boot,
+    }
+    if not installed:
+        result["state"] = STATE_NO_DKMS
+    elif loaded and loaded_version and module_base_version(installed[-1]) == loaded_version:
+        result["state"] = STATE_CURRENT
+    elif not loaded and since_boot is False:
+        result["state"] = STATE_NOT_LOADED
+    else:
+        result["state"] = STATE_REBOOT
+    return result
+
+
+def describe_loaded(state):
+    """The loaded driver in words, for messages."""
+    if not state["loaded"]:
+        return "no amdgpu loaded"
+    if state["loaded_version"]:
+        return f"amdgpu {state['loaded_version']} loaded"
+    return "the kernel's in-tree amdgpu loaded (no version file)"
+
+
+# ------------------------------------------------------------------------------------ Secure Boot
+
+SB_ENABLED = "enabled"
+SB_DISABLED = "disabled"
+SB_UNSUPPORTED = "unsupported"
+SB_UNKNOWN = "unknown"
+
+
+def parse_sb_state(text):
+    """``mokutil --sb-state``'s answer as enabled, disabled, unsupported (no EFI, or firmware without
+    Secure Boot) or unknown."""
+    lowered = (text or "").lower()
+    if "secureboot enabled" in lowered:
+        return SB_ENABLED
+    if "secureboot disabled" in lowered:
+        return SB_DISABLED
+    if "not supported" in lowered or "doesn't support" in lowered or "does not support" in lowered:
+        return SB_UNSUPPORTED
+    return SB_UNKNOWN
+
+
+def parse_sb_efivar(data):
+    """The SecureBoot EFI variable's bytes (4 attribute bytes, then one value byte) as a state;
+    None (no variable: legacy BIOS or EFI variables not visible) is ``unsupported``."""
+    if data is None:
+        return SB_UNSUPPORTED
+    if len(data) < 5:
+        return SB_UNKNOWN
+    return SB_ENABLED if data[4] == 1 else SB_DISABLED
+
+
+def parse_mok_test_key(text):
+    """``mokutil --test-key CERT``: True when the key is enrolled, False when not, None otherwise."""
+    lowered = (text or "").lower()
+    if "is already enrolled" in lowered:
+        return True
+    if "is not enrolled" in lowered:
+        return False
+    return None
+
+
+def secure_boot_problem(sb_state, key_present, key_enrolled):
+    """Why a DKMS module would not load under Secure Boot, or None when it would (or Secure Boot is off).
+
+    Ubuntu's dkms signs modules with the machine owner key ``/var/lib/shim-signed/mok/MOK.der``; under
+    Secure Boot the kernel loads them only when that key is enrolled in shim's MOK list (which takes
+    a reboot and a confirmation at the node's console).
+    """
+    if sb_state != SB_ENABLED:
+        return None
+    if key_present and key_enrolled:
+        return None
+    if not key_present:
+        return (
+            "Secure Boot is enabled and this node has no machine owner key for DKMS "
+            "(/var/lib/shim-signed/mok/MOK.der): the amdgpu module DKMS builds would be unsigned and the kernel "
+            "refuses it. Either disable Secure Boot in the firmware, or create and enroll the key: "
+            "`update-secureboot-policy --new-key && mokutil --import /var/lib/shim-signed/mok/MOK.der`, "
+            "reboot and confirm the enrollment at the console (MokManager)"
+        )
+    return (
+        "Secure Boot is enabled and the key DKMS signs modules with (/var/lib/shim-signed/mok/MOK.der) is "
+        f"{'not enrolled' if key_enrolled is False else 'of unknown enrollment (mokutil --test-key did not say)'}"
+        ": the kernel refuses the amdgpu module. Enroll it: `mokutil --import /var/lib/shim-signed/mok/MOK.der`, "
+        "reboot and confirm at the console (MokManager), or disable Secure Boot in the firmware"
+    )

@@ -1,0 +1,214 @@
+#!/usr/bin/python
+# Copyright: instinct.finetune contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: amdgpu_driver
+short_description: Compare the amdgpu driver a node runs with the one DKMS installed, and read Secure Boot
+version_added: 0.1.0
+author: instinct.finetune maintainers
+description:
+  - Reads the loaded amdgpu (C(/sys/module/amdgpu) and its C(version) file, which AMD's DKMS module has and
+    the kernel's in-tree one has not) and the amdgpu versions C(dkms status) lists as installed for the running
+    kernel, and decides whether the node runs the installed driver.
+  - The decision is made on every run from what is on the node, so a reboot that is still owed is reported until
+    the node is rebooted, not only on the run that changed the package.
+  - A driver installed since the node booted (its module file is newer than the boot) and not loaded needs a
+    reboot; one that was there at boot and is not loaded failed to load (C(state=not-loaded)).
+  - Also reads the Secure Boot state (C(mokutil --sb-state), or the SecureBoot EFI variable when mokutil is not
+    installed) and whether the key Ubuntu's dkms signs modules with is enrolled, and says why a DKMS module would
+    not load.
+  - Never changes anything on the host.
+options:
+  kernel:
+    description: The kernel release to compare for; the running kernel when empty.
+    type: str
+    default: ""
+extends_documentation_fragment:
+  - instinct.finetune.read_only
+seealso:
+  - module: instinct.finetune.rocminfo_facts
+notes:
+  - The comparison uses the driver's own version (C(6.14.14) of DKMS module version C(6.14.14-2226257.22.04)),
+    the form the module reports; two AMD builds of the same upstream version are not told apart.
+"""
+
+EXAMPLES = r"""
+- name: Read the loaded and the installed amdgpu driver
+  instinct.finetune.amdgpu_driver:
+  register: driver
+
+- name: Stop when the node still runs another driver than the installed one
+  ansible.builtin.fail:
+    msg: "reboot required: {{ driver.loaded_version }} loaded, {{ driver.installed_version }} installed"
+  when: driver.state == 'reboot-required'
+"""
+
+RETURN = r"""
+state:
+  description:
+    - C(current), the loaded driver is the installed one; C(reboot-required); C(not-loaded), installed before
+      this boot and not loaded; C(no-dkms), no amdgpu installed by DKMS for the kernel.
+  returned: always
+  type: str
+  sample: reboot-required
+kernel:
+  description: The kernel release compared for.
+  returned: always
+  type: str
+  sample: 6.8.0-45-generic
+loaded:
+  description: Whether an amdgpu module is loaded.
+  returned: always
+  type: bool
+  sample: true
+loaded_description:
+  description: The loaded driver in words, for messages.
+  returned: always
+  type: str
+  sample: amdgpu 6.12.12 loaded
+loaded_version:
+  description: The loaded module's version; null for the in-tree driver or none loaded.
+  returned: always
+  type: str
+  sample: 6.12.12
+installed_version:
+  description: The newest DKMS amdgpu version installed for the kernel; null when there is none.
+  returned: always
+  type: str
+  sample: 6.14.14-2226257.22.04
+installed_since_boot:
+  description: Whether the installed module file is newer than the boot; null when unknown.
+  returned: always
+  type: bool
+  sample: true
+dkms_status:
+  description: The lines of C(dkms status amdgpu); empty without dkms.
+  returned: always
+  type: list
+  elements: str
+  sample: ["amdgpu/6.14.14-2226257.22.04, 6.8.0-45-generic, x86_64: installed"]
+secure_boot:
+  description: C(enabled), C(disabled), C(unsupported) (no EFI, or not visible) or C(unknown).
+  returned: always
+  type: str
+  sample: disabled
+mok_key_present:
+  description: Whether the key Ubuntu's dkms signs modules with exists (C(/var/lib/shim-signed/mok/MOK.der)).
+  returned: always
+  type: bool
+  sample: false
+mok_key_enrolled:
+  description: Whether that key is enrolled (C(mokutil --test-key)); null when unknown or not asked.
+  returned: always
+  type: bool
+  sample: null
+secure_boot_problem:
+  description: Why a DKMS module would not load under Secure Boot, with the fix; null when it would.
+  returned: always
+  type: str
+  sample: null
+"""
+
+import glob
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.instinct.finetune.plugins.module_utils.driver import (
+    SB_ENABLED,
+    describe_loaded,
+    driver_state,
+    parse_mok_test_key,
+    parse_sb_efivar,
+    parse_sb_state,
+    secure_boot_problem,
+)
+
+MODULE_DIR = "/sys/module/amdgpu"
+SB_EFIVAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+MOK_KEY = "/var/lib/shim-signed/mok/MOK.der"
+
+
+def read_text(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def read_bytes(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def boot_time():
+    for line in (read_text("/proc/stat") or "").splitlines():
+        if line.startswith("btime "):
+            return int(line.split()[1])
+    return None
+
+
+def module_mtime(kernel):
+    """The modification time of the amdgpu module DKMS installed for the kernel, newest if several."""
+    paths = glob.glob(f"/lib/modules/{kernel}/updates/dkms/amdgpu.ko*")
+    paths += glob.glob(f"/var/lib/dkms/amdgpu/*/{kernel}/*/module/amdgpu.ko*")
+    times = [os.stat(path).st_mtime for path in paths if os.path.exists(path)]
+    return max(times) if times else None
+
+
+def secure_boot(module):
+    mokutil = module.get_bin_path("mokutil")
+    if mokutil:
+        _rc, out, err = module.run_command([mokutil, "--sb-state"])
+        state = parse_sb_state(out + err)
+    else:
+        state = parse_sb_efivar(read_bytes(SB_EFIVAR))
+    present = os.path.exists(MOK_KEY)
+    enrolled = None
+    if state == SB_ENABLED and present and mokutil:
+        _rc, out, err = module.run_command([mokutil, "--test-key", MOK_KEY])
+        enrolled = parse_mok_test_key(out + err)
+    return {
+        "secure_boot": state,
+        "mok_key_present": present,
+        "mok_key_enrolled": enrolled,
+        "secure_boot_problem": secure_boot_problem(state, present, enrolled),
+    }
+
+
+def main():
+    module = AnsibleModule(argument_spec={"kernel": {"type": "str", "default": ""}}, supports_check_mode=True)
+    kernel = module.params["kernel"] or os.uname().release
+    dkms = module.get_bin_path("dkms")
+    dkms_text = ""
+    if dkms:
+        rc, out, err = module.run_command([dkms, "status", "amdgpu"])
+        if rc != 0:
+            module.fail_json(msg=f"dkms status amdgpu failed (rc {rc}): {err.strip() or out.strip()}")
+        dkms_text = out
+    loaded = None
+    if os.path.isdir(MODULE_DIR):
+        loaded = read_text(os.path.join(MODULE_DIR, "version")) or ""
+    state = driver_state(kernel, dkms_text, loaded, installed_mtime=module_mtime(kernel), boot_time=boot_time())
+    module.exit_json(
+        changed=False,
+        kernel=kernel,
+        dkms_status=dkms_text.splitlines(),
+        loaded_description=describe_loaded(state),
+        **state,
+        **secure_boot(module),
+    )
+
+
+if __name__ == "__main__":
+    main()
