@@ -155,28 +155,32 @@ def parse_mok_test_key(text):
     return None
 
 
-def secure_boot_problem(sb_state, key_present, key_enrolled):
+# The key dkms signs modules with: Ubuntu's dkms uses shim-signed's machine owner key, Debian's dkms 3
+# its own (both named in the dkms README and seen on nodes, tests/fixtures/secureboot/SOURCES.md).
+MOK_KEYS = ("/var/lib/shim-signed/mok/MOK.der", "/var/lib/dkms/mok.pub")
+
+
+def secure_boot_problem(sb_state, key_path, key_enrolled):
     """Why a DKMS module would not load under Secure Boot, or None when it would (or Secure Boot is off).
 
-    Ubuntu's dkms signs modules with the machine owner key ``/var/lib/shim-signed/mok/MOK.der``; under
-    Secure Boot the kernel loads them only when that key is enrolled in shim's MOK list (which takes
-    a reboot and a confirmation at the node's console).
+    ``key_path``: the key dkms signs modules with that exists on the node (None when none does);
+    ``key_enrolled``: ``mokutil --test-key``'s answer for it. Under Secure Boot the kernel loads a DKMS
+    module only when that key is enrolled in shim's MOK list, which takes a reboot and a confirmation at
+    the node's console.
     """
-    if sb_state != SB_ENABLED:
+    if sb_state != SB_ENABLED or (key_path and key_enrolled):
         return None
-    if key_present and key_enrolled:
-        return None
-    if not key_present:
+    if not key_path:
         return (
-            "Secure Boot is enabled and this node has no machine owner key for DKMS "
-            "(/var/lib/shim-signed/mok/MOK.der): the amdgpu module DKMS builds would be unsigned and the kernel "
-            "refuses it. Either disable Secure Boot in the firmware, or create and enroll the key: "
-            "`update-secureboot-policy --new-key && mokutil --import /var/lib/shim-signed/mok/MOK.der`, "
-            "reboot and confirm the enrollment at the console (MokManager)"
+            "Secure Boot is enabled and this node has no key for dkms to sign modules with "
+            f"({' or '.join(MOK_KEYS)}): the amdgpu module DKMS builds would be unsigned and the kernel refuses "
+            "it. Either disable Secure Boot in the firmware, or create and enroll the key: "
+            f"`update-secureboot-policy --new-key && mokutil --import {MOK_KEYS[0]}`, reboot and confirm the "
+            "enrollment at the console (MokManager)"
         )
+    enrollment = "not enrolled" if key_enrolled is False else "of unknown enrollment (mokutil --test-key did not say)"
     return (
-        "Secure Boot is enabled and the key DKMS signs modules with (/var/lib/shim-signed/mok/MOK.der) is "
-        f"{'not enrolled' if key_enrolled is False else 'of unknown enrollment (mokutil --test-key did not say)'}"
-        ": the kernel refuses the amdgpu module. Enroll it: `mokutil --import /var/lib/shim-signed/mok/MOK.der`, "
-        "reboot and confirm at the console (MokManager), or disable Secure Boot in the firmware"
+        f"Secure Boot is enabled and the key dkms signs modules with ({key_path}) is {enrollment}: the kernel "
+        f"refuses the amdgpu module. Enroll it: `mokutil --import {key_path}`, reboot and confirm at the console "
+        "(MokManager), or disable Secure Boot in the firmware"
     )

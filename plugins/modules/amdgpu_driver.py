@@ -98,8 +98,15 @@ secure_boot:
   returned: always
   type: str
   sample: disabled
+mok_key:
+  description:
+    - The key dkms signs modules with, where it exists (Ubuntu's C(/var/lib/shim-signed/mok/MOK.der), Debian's
+      C(/var/lib/dkms/mok.pub)); null when neither does.
+  returned: always
+  type: str
+  sample: /var/lib/shim-signed/mok/MOK.der
 mok_key_present:
-  description: Whether the key Ubuntu's dkms signs modules with exists (C(/var/lib/shim-signed/mok/MOK.der)).
+  description: Whether such a key exists.
   returned: always
   type: bool
   sample: false
@@ -121,6 +128,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.instinct.finetune.plugins.module_utils.driver import (
+    MOK_KEYS,
     SB_ENABLED,
     describe_loaded,
     driver_state,
@@ -132,7 +140,6 @@ from ansible_collections.instinct.finetune.plugins.module_utils.driver import (
 
 MODULE_DIR = "/sys/module/amdgpu"
 SB_EFIVAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
-MOK_KEY = "/var/lib/shim-signed/mok/MOK.der"
 
 
 def read_text(path):
@@ -173,16 +180,17 @@ def secure_boot(module):
         state = parse_sb_state(out + err)
     else:
         state = parse_sb_efivar(read_bytes(SB_EFIVAR))
-    present = os.path.exists(MOK_KEY)
+    key = next((path for path in MOK_KEYS if os.path.exists(path)), None)
     enrolled = None
-    if state == SB_ENABLED and present and mokutil:
-        _rc, out, err = module.run_command([mokutil, "--test-key", MOK_KEY])
+    if state == SB_ENABLED and key and mokutil:
+        _rc, out, err = module.run_command([mokutil, "--test-key", key])
         enrolled = parse_mok_test_key(out + err)
     return {
         "secure_boot": state,
-        "mok_key_present": present,
+        "mok_key": key,
+        "mok_key_present": key is not None,
         "mok_key_enrolled": enrolled,
-        "secure_boot_problem": secure_boot_problem(state, present, enrolled),
+        "secure_boot_problem": secure_boot_problem(state, key, enrolled),
     }
 
 
