@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build the simulated AMD apt repositories (ROCm, amdgpu, graphics) and the simulated node's
-# kernel repository into OUTDIR, signed with a key generated for the test.
+# Build the simulated AMD apt repositories (ROCm, amdgpu, graphics) of every simulated release and
+# the simulated node's kernel repository into OUTDIR, signed with a key generated for the test.
+# Releases (build_release below): ROCm 7.0.2 + amdgpu 30.10.2, ROCm 7.1.0 + amdgpu 30.20.
 # Usage: build.sh OUTDIR          (idempotent: keys are kept, repositories are rebuilt)
 # Env:   INSTINCT_SIM_KERNEL      kernel release the stub headers/modules are for (default: uname -r)
 # See README.md next to this file for the layout and where every version comes from.
@@ -24,18 +25,6 @@ SUITE=jammy
 DISTVER=22.04
 KVER=${INSTINCT_SIM_KERNEL:-$(uname -r)}
 
-# ROCm 7.0.2 (repo folder "7.0.2"; ROCm drops a trailing ".0" only, e.g. 7.1)
-ROCM_VER=7.0.2
-ROCM_REL=70002
-ROCM_BUILD=56
-rv() { echo "$1.${ROCM_REL}-${ROCM_BUILD}~${DISTVER}"; }   # e.g. rv 1.0.0 -> 1.0.0.70002-56~22.04
-ROCM_PREFIX=/opt/rocm-$ROCM_VER
-# amdgpu driver 30.10.2 (the driver repository that goes with ROCm 7.0.2)
-AMDGPU_VER=30.10.2
-AMDGPU_BUILD=2226257
-AMDGPU_DKMS_VERSION="1:6.14.14.30100200-${AMDGPU_BUILD}.${DISTVER}"
-AMDGPU_FW_VERSION="30.10.2.0.30100200-${AMDGPU_BUILD}.${DISTVER}"
-DKMS_MODVER="6.14.14-${AMDGPU_BUILD}.${DISTVER}"
 SIM_VERSION=1.1.0
 MAINT="instinct.finetune test double <instinct-sim@invalid>"
 
@@ -157,156 +146,7 @@ rec mi250x-gfx90a rocminfo_--support rocminfo/mi250x-gfx90a.txt
 finish "$STAGE/simpool"
 SIM_DEB=$(ls "$STAGE"/simpool/pool/main/i/instinct-sim-profiles/*.deb)
 
-# ---------------------------------------------------------------- ROCm repository
-R=$OUT/rocm/apt/$ROCM_VER
-mkdir -p "$R"
 SIM_REL=${SIM_DEB#"$STAGE"/simpool/}
-mkdir -p "$R/$(dirname "$SIM_REL")"
-cp "$SIM_DEB" "$R/$SIM_REL"
-
-V_CORE=$(rv 7.0.2)
-mkpkg rocm-core "$V_CORE" amd64 "" "ROCm core (simulated): version file and the /opt/rocm link"
-mkdir -p "$PKGROOT$ROCM_PREFIX/.info" "$PKGROOT$ROCM_PREFIX/bin" "$PKGROOT$ROCM_PREFIX/lib"
-echo "${ROCM_VER}-${ROCM_BUILD}" > "$PKGROOT$ROCM_PREFIX/.info/version"
-cat > "$PKGROOT/DEBIAN/postinst" <<EOF
-#!/bin/sh
-set -e
-if [ "\$1" = configure ]; then
-    update-alternatives --install /opt/rocm rocm $ROCM_PREFIX $ROCM_REL
-fi
-EOF
-cat > "$PKGROOT/DEBIAN/prerm" <<EOF
-#!/bin/sh
-set -e
-if [ "\$1" = remove ]; then
-    update-alternatives --remove rocm $ROCM_PREFIX || true
-fi
-EOF
-finish "$R"
-
-V_ROCMINFO=$(rv 1.0.0)
-mkpkg rocminfo "$V_ROCMINFO" amd64 "rocm-core, instinct-sim-profiles" "ROCm rocminfo (simulated): prints the profile's recorded rocminfo output"
-wrapper rocminfo "$ROCM_PREFIX/bin/rocminfo"
-finish "$R"
-
-V_SMILIB=$(rv 7.8.0)
-mkpkg rocm-smi-lib "$V_SMILIB" amd64 "rocm-core, instinct-sim-profiles" "ROCm SMI library and rocm-smi (simulated)"
-wrapper rocm-smi "$ROCM_PREFIX/bin/rocm-smi"
-placeholder "$ROCM_PREFIX/lib/librocm_smi64.so.7"
-finish "$R"
-
-V_AMDSMI=$(rv 26.0.2)
-mkpkg amd-smi-lib "$V_AMDSMI" amd64 "rocm-core, instinct-sim-profiles" "AMD SMI library and amd-smi (simulated)"
-wrapper amd-smi "$ROCM_PREFIX/bin/amd-smi"
-placeholder "$ROCM_PREFIX/lib/libamd_smi.so.26"
-finish "$R"
-
-V_HIPBLASLT=$(rv 1.0.0)
-mkpkg hipblaslt "$V_HIPBLASLT" amd64 "rocm-core" "hipBLASLt (simulated placeholder library)"
-placeholder "$ROCM_PREFIX/lib/libhipblaslt.so.0"
-finish "$R"
-
-V_RCCL=$(rv 2.26.6)
-mkpkg rccl "$V_RCCL" amd64 "rocm-core" "RCCL (simulated placeholder library)"
-placeholder "$ROCM_PREFIX/lib/librccl.so.1"
-finish "$R"
-
-V_META=$(rv 7.0.2)
-mkpkg rocm-hip-runtime "$V_META" amd64 "rocm-core (= $V_CORE), rocminfo (= $V_ROCMINFO)" "ROCm HIP runtime meta package (simulated)"
-finish "$R"
-mkpkg rocm-hip-sdk "$V_META" amd64 "rocm-hip-runtime (= $V_META), hipblaslt (= $V_HIPBLASLT), rccl (= $V_RCCL)" "ROCm HIP SDK meta package (simulated subset)"
-finish "$R"
-mkpkg rocm "$V_META" amd64 "rocm-hip-sdk (= $V_META), rocm-smi-lib (= $V_SMILIB), amd-smi-lib (= $V_AMDSMI)" "ROCm meta package (simulated subset)"
-finish "$R"
-
-# ---------------------------------------------------------------- amdgpu repository
-A=$OUT/amdgpu/$AMDGPU_VER/ubuntu
-mkdir -p "$A"
-mkpkg amdgpu-dkms-firmware "$AMDGPU_FW_VERSION" all "" "amdgpu firmware for the DKMS driver (simulated placeholder)"
-placeholder /usr/share/doc/amdgpu-dkms-firmware/instinct-sim-placeholder
-finish "$A"
-
-mkpkg amdgpu-dkms "$AMDGPU_DKMS_VERSION" all "dkms (>= 1.95), amdgpu-dkms-firmware (= $AMDGPU_FW_VERSION)" "amdgpu kernel driver as DKMS module (simulated: registers a DKMS tree, builds nothing)"
-SRC=/usr/src/amdgpu-$DKMS_MODVER
-mkdir -p "$PKGROOT$SRC"
-cat > "$PKGROOT$SRC/dkms.conf" <<EOF
-PACKAGE_NAME="amdgpu"
-PACKAGE_VERSION="$DKMS_MODVER"
-AUTOINSTALL="yes"
-BUILT_MODULE_NAME[0]="amdgpu"
-BUILT_MODULE_LOCATION[0]="amd/amdgpu"
-DEST_MODULE_LOCATION[0]="/updates/dkms"
-MAKE[0]="true"
-CLEAN="true"
-EOF
-# postinst: what a successful "dkms install" leaves behind, for every kernel whose headers are
-# installed (/lib/modules/K/build). A real build is impossible in a container; the module file is
-# a placeholder. Without headers it stays "added", as dkms does when it cannot build.
-cat > "$PKGROOT/DEBIAN/postinst" <<EOF
-#!/bin/sh
-set -e
-[ "\$1" = configure ] || exit 0
-M=amdgpu
-V=$DKMS_MODVER
-T=/var/lib/dkms/\$M/\$V
-mkdir -p "\$T"
-ln -sfn $SRC "\$T/source"
-kernels=\$( (uname -r; ls /lib/modules 2>/dev/null) | sort -u)
-for k in \$kernels; do
-    a=\$(uname -m)
-    if [ ! -e "/lib/modules/\$k/build" ]; then
-        [ "\$k" = "\$(uname -r)" ] && echo "Error! Your kernel headers for kernel \$k cannot be found at /lib/modules/\$k/build or /lib/modules/\$k/source." >&2
-        continue
-    fi
-    mkdir -p "\$T/\$k/\$a/module" "\$T/\$k/\$a/log" "/lib/modules/\$k/updates/dkms"
-    printf 'instinct-sim placeholder amdgpu module %s for %s\n' "\$V" "\$k" > "\$T/\$k/\$a/module/amdgpu.ko.zst"
-    echo "instinct-sim: simulated build" > "\$T/\$k/\$a/log/make.log"
-    cp "\$T/\$k/\$a/module/amdgpu.ko.zst" "/lib/modules/\$k/updates/dkms/amdgpu.ko.zst"
-    ln -sfn "\$V/\$k/\$a" "/var/lib/dkms/\$M/kernel-\$k-\$a"
-    # what depmod records after "dkms install" (dkms reads the module suffix from modules.dep)
-    grep -qs '^updates/dkms/amdgpu.ko.zst:' "/lib/modules/\$k/modules.dep" || echo "updates/dkms/amdgpu.ko.zst:" >> "/lib/modules/\$k/modules.dep"
-    echo "amdgpu.ko.zst: installed for kernel \$k (instinct-sim placeholder)"
-done
-exit 0
-EOF
-cat > "$PKGROOT/DEBIAN/prerm" <<EOF
-#!/bin/sh
-set -e
-case "\$1" in remove|upgrade|deconfigure) ;; *) exit 0 ;; esac
-for l in /var/lib/dkms/amdgpu/kernel-*; do
-    [ -L "\$l" ] || continue
-    t=\$(readlink "\$l")
-    case "\$t" in $DKMS_MODVER/*) ;; *) continue ;; esac
-    k=\${t#$DKMS_MODVER/}; k=\${k%/*}
-    rm -f "/lib/modules/\$k/updates/dkms/amdgpu.ko.zst" "\$l"
-    [ -f "/lib/modules/\$k/modules.dep" ] && sed -i '/^updates\/dkms\/amdgpu\.ko\.zst:/d' "/lib/modules/\$k/modules.dep"
-done
-rm -rf /var/lib/dkms/amdgpu/$DKMS_MODVER
-rmdir /var/lib/dkms/amdgpu 2>/dev/null || true
-exit 0
-EOF
-finish "$A"
-
-# ---------------------------------------------------------------- graphics repository
-# ROCm 7 install docs list it (graphics/7.0.2/ubuntu jammy main); nothing the roles need is in it.
-G=$OUT/graphics/$ROCM_VER/ubuntu
-mkdir -p "$G/pool/main"
-
-# ---------------------------------------------------------------- kernel repository
-K=$OUT/kernel
-mkdir -p "$K"
-KPKGVER="${KVER%%-*}-0instinctsim1"
-[[ $KPKGVER =~ ^[0-9] ]] || KPKGVER="0-0instinctsim1"
-mkpkg "linux-headers-$KVER" "$KPKGVER" amd64 "" "kernel headers for $KVER (simulated node kernel boundary; no real headers)"
-mkdir -p "$PKGROOT/usr/src/linux-headers-$KVER" "$PKGROOT/lib/modules/$KVER"
-echo "# instinct-sim placeholder: the containers run the build host's kernel $KVER" > "$PKGROOT/usr/src/linux-headers-$KVER/Makefile"
-ln -s "/usr/src/linux-headers-$KVER" "$PKGROOT/lib/modules/$KVER/build"
-finish "$K"
-mkpkg "linux-modules-extra-$KVER" "$KPKGVER" amd64 "" "extra kernel modules for $KVER (simulated node kernel boundary; placeholder)"
-placeholder "/lib/modules/$KVER/kernel/instinct-sim-modules-extra-placeholder"
-finish "$K"
-mkdir -p "$K/$(dirname "$SIM_REL")"
-cp "$SIM_DEB" "$K/$SIM_REL"
 
 # ---------------------------------------------------------------- indexes, Release, signatures
 # index ROOT DESCRIPTION ORIGIN LABEL VERSION ARCHES...
@@ -335,9 +175,251 @@ index() {
     GNUPGHOME=$OUT/.gnupg gpg --batch --yes --local-user "$KEY_UID" --clearsign -o "$d/InRelease" "$d/Release"
     GNUPGHOME=$OUT/.gnupg gpg --batch --yes --local-user "$KEY_UID" -abs -o "$d/Release.gpg" "$d/Release"
 }
-index "$R" "ROCm APT Repository" repo.radeon.com repo.radeon.com "$ROCM_VER" amd64
-index "$A" "AMDGPU Ubuntu $SUITE repository" repo.radeon.com repo.radeon.com "$AMDGPU_VER" i386 amd64
-index "$G" "Graphics Ubuntu $SUITE repository" repo.radeon.com repo.radeon.com "$ROCM_VER" i386 amd64
+
+# ---------------------------------------------------------------- one release
+# build_release NAME=VALUE...: the ROCm repository, the amdgpu driver repository and the graphics
+# repository of one ROCm release, signed and indexed. Every version field is AMD's (README.md).
+#   rocm=7.0.2 rel=70002 build=56            ROCm release, its <REL> number and build
+#   rocminfo= smi= amdsmi= hipblaslt= rccl=  upstream parts of rocminfo, rocm-smi-lib, amd-smi-lib,
+#                                            hipblaslt, rccl (rocm-core and the metas use rocm=)
+#   amdgpu=30.10.2 amdgpu_build=2226257      driver release and build
+#   kmod=6.14.14 amdgpu_rel=30100200         amdgpu module version, driver <REL> number
+#   fw=30.10.2.0                             upstream part of amdgpu-dkms-firmware
+#   upgrade_scripts=0|1                      1: rocm-core's scripts also handle an upgrade from and
+#                                            a downgrade to another release (see rocm_core_scripts);
+#                                            0 keeps 7.0.2's original scripts byte for byte
+# Package contents, dependencies and scripts (but rocm-core's, see upgrade_scripts) are the same
+# for every release, under its own prefix /opt/rocm-<rocm>, DKMS module version
+# <kmod>-<amdgpu_build>.<DISTVER> and repository folders.
+build_release() {
+    local rocm= rel= build= rocminfo= smi= amdsmi= hipblaslt= rccl= amdgpu= amdgpu_build= kmod= amdgpu_rel= fw= upgrade_scripts=0
+    local kv
+    for kv in "$@"; do
+        case ${kv%%=*} in
+            rocm|rel|build|rocminfo|smi|amdsmi|hipblaslt|rccl|amdgpu|amdgpu_build|kmod|amdgpu_rel|fw|upgrade_scripts) local "$kv" ;;
+            *) echo "build_release: unknown field $kv" >&2; exit 2 ;;
+        esac
+    done
+    for kv in rocm rel build rocminfo smi amdsmi hipblaslt rccl amdgpu amdgpu_build kmod amdgpu_rel fw; do
+        [[ -n ${!kv} ]] || { echo "build_release: $kv= is missing" >&2; exit 2; }
+    done
+    # AMD's ROCm folder drops a trailing ".0" only: 7.0.2 -> 7.0.2, 7.1.0 -> 7.1
+    local folder=${rocm%.0}
+    local ROCM_VER=$rocm ROCM_REL=$rel ROCM_BUILD=$build ROCM_PREFIX=/opt/rocm-$rocm
+    local AMDGPU_VER=$amdgpu
+    local AMDGPU_DKMS_VERSION="1:${kmod}.${amdgpu_rel}-${amdgpu_build}.${DISTVER}"
+    local AMDGPU_FW_VERSION="${fw}.${amdgpu_rel}-${amdgpu_build}.${DISTVER}"
+    local DKMS_MODVER="${kmod}-${amdgpu_build}.${DISTVER}"
+    local R=$OUT/rocm/apt/$folder A=$OUT/amdgpu/$amdgpu/ubuntu G=$OUT/graphics/$folder/ubuntu
+    local V_CORE V_ROCMINFO V_SMILIB V_AMDSMI V_HIPBLASLT V_RCCL V_META SRC
+
+    # ------------------------------------------------------------ ROCm repository
+    mkdir -p "$R"
+    mkdir -p "$R/$(dirname "$SIM_REL")"
+    cp "$SIM_DEB" "$R/$SIM_REL"
+
+    V_CORE=$(rv "$rocm")
+    mkpkg rocm-core "$V_CORE" amd64 "" "ROCm core (simulated): version file and the /opt/rocm link"
+    mkdir -p "$PKGROOT$ROCM_PREFIX/.info" "$PKGROOT$ROCM_PREFIX/bin" "$PKGROOT$ROCM_PREFIX/lib"
+    echo "${ROCM_VER}-${ROCM_BUILD}" > "$PKGROOT$ROCM_PREFIX/.info/version"
+    rocm_core_scripts "$upgrade_scripts"
+    finish "$R"
+
+    V_ROCMINFO=$(rv "$rocminfo")
+    mkpkg rocminfo "$V_ROCMINFO" amd64 "rocm-core, instinct-sim-profiles" "ROCm rocminfo (simulated): prints the profile's recorded rocminfo output"
+    wrapper rocminfo "$ROCM_PREFIX/bin/rocminfo"
+    finish "$R"
+
+    V_SMILIB=$(rv "$smi")
+    mkpkg rocm-smi-lib "$V_SMILIB" amd64 "rocm-core, instinct-sim-profiles" "ROCm SMI library and rocm-smi (simulated)"
+    wrapper rocm-smi "$ROCM_PREFIX/bin/rocm-smi"
+    placeholder "$ROCM_PREFIX/lib/librocm_smi64.so.7"
+    finish "$R"
+
+    V_AMDSMI=$(rv "$amdsmi")
+    mkpkg amd-smi-lib "$V_AMDSMI" amd64 "rocm-core, instinct-sim-profiles" "AMD SMI library and amd-smi (simulated)"
+    wrapper amd-smi "$ROCM_PREFIX/bin/amd-smi"
+    placeholder "$ROCM_PREFIX/lib/libamd_smi.so.26"
+    finish "$R"
+
+    V_HIPBLASLT=$(rv "$hipblaslt")
+    mkpkg hipblaslt "$V_HIPBLASLT" amd64 "rocm-core" "hipBLASLt (simulated placeholder library)"
+    placeholder "$ROCM_PREFIX/lib/libhipblaslt.so.0"
+    finish "$R"
+
+    V_RCCL=$(rv "$rccl")
+    mkpkg rccl "$V_RCCL" amd64 "rocm-core" "RCCL (simulated placeholder library)"
+    placeholder "$ROCM_PREFIX/lib/librccl.so.1"
+    finish "$R"
+
+    V_META=$(rv "$rocm")
+    mkpkg rocm-hip-runtime "$V_META" amd64 "rocm-core (= $V_CORE), rocminfo (= $V_ROCMINFO)" "ROCm HIP runtime meta package (simulated)"
+    finish "$R"
+    mkpkg rocm-hip-sdk "$V_META" amd64 "rocm-hip-runtime (= $V_META), hipblaslt (= $V_HIPBLASLT), rccl (= $V_RCCL)" "ROCm HIP SDK meta package (simulated subset)"
+    finish "$R"
+    mkpkg rocm "$V_META" amd64 "rocm-hip-sdk (= $V_META), rocm-smi-lib (= $V_SMILIB), amd-smi-lib (= $V_AMDSMI)" "ROCm meta package (simulated subset)"
+    finish "$R"
+
+    # ------------------------------------------------------------ amdgpu repository
+    mkdir -p "$A"
+    mkpkg amdgpu-dkms-firmware "$AMDGPU_FW_VERSION" all "" "amdgpu firmware for the DKMS driver (simulated placeholder)"
+    placeholder /usr/share/doc/amdgpu-dkms-firmware/instinct-sim-placeholder
+    finish "$A"
+
+    mkpkg amdgpu-dkms "$AMDGPU_DKMS_VERSION" all "dkms (>= 1.95), amdgpu-dkms-firmware (= $AMDGPU_FW_VERSION)" "amdgpu kernel driver as DKMS module (simulated: registers a DKMS tree, builds nothing)"
+    SRC=/usr/src/amdgpu-$DKMS_MODVER
+    mkdir -p "$PKGROOT$SRC"
+    cat > "$PKGROOT$SRC/dkms.conf" <<EOF
+PACKAGE_NAME="amdgpu"
+PACKAGE_VERSION="$DKMS_MODVER"
+AUTOINSTALL="yes"
+BUILT_MODULE_NAME[0]="amdgpu"
+BUILT_MODULE_LOCATION[0]="amd/amdgpu"
+DEST_MODULE_LOCATION[0]="/updates/dkms"
+MAKE[0]="true"
+CLEAN="true"
+EOF
+    # postinst: what a successful "dkms install" leaves behind, for every kernel whose headers are
+    # installed (/lib/modules/K/build). A real build is impossible in a container; the module file
+    # is a placeholder. Without headers it stays "added", as dkms does when it cannot build.
+    # On an upgrade or downgrade to another driver release dpkg runs the OLD package's
+    # "prerm upgrade NEW-VERSION" before it unpacks the new one, then the NEW package's
+    # "postinst configure OLD-VERSION": the prerm below removes everything of its own module
+    # version (for "upgrade" as for "remove"), so only the new version is left in "dkms status".
+    cat > "$PKGROOT/DEBIAN/postinst" <<EOF
+#!/bin/sh
+set -e
+[ "\$1" = configure ] || exit 0
+M=amdgpu
+V=$DKMS_MODVER
+T=/var/lib/dkms/\$M/\$V
+mkdir -p "\$T"
+ln -sfn $SRC "\$T/source"
+kernels=\$( (uname -r; ls /lib/modules 2>/dev/null) | sort -u)
+for k in \$kernels; do
+    a=\$(uname -m)
+    if [ ! -e "/lib/modules/\$k/build" ]; then
+        [ "\$k" = "\$(uname -r)" ] && echo "Error! Your kernel headers for kernel \$k cannot be found at /lib/modules/\$k/build or /lib/modules/\$k/source." >&2
+        continue
+    fi
+    mkdir -p "\$T/\$k/\$a/module" "\$T/\$k/\$a/log" "/lib/modules/\$k/updates/dkms"
+    printf 'instinct-sim placeholder amdgpu module %s for %s\n' "\$V" "\$k" > "\$T/\$k/\$a/module/amdgpu.ko.zst"
+    echo "instinct-sim: simulated build" > "\$T/\$k/\$a/log/make.log"
+    cp "\$T/\$k/\$a/module/amdgpu.ko.zst" "/lib/modules/\$k/updates/dkms/amdgpu.ko.zst"
+    ln -sfn "\$V/\$k/\$a" "/var/lib/dkms/\$M/kernel-\$k-\$a"
+    # what depmod records after "dkms install" (dkms reads the module suffix from modules.dep)
+    grep -qs '^updates/dkms/amdgpu.ko.zst:' "/lib/modules/\$k/modules.dep" || echo "updates/dkms/amdgpu.ko.zst:" >> "/lib/modules/\$k/modules.dep"
+    echo "amdgpu.ko.zst: installed for kernel \$k (instinct-sim placeholder)"
+done
+exit 0
+EOF
+    cat > "$PKGROOT/DEBIAN/prerm" <<EOF
+#!/bin/sh
+set -e
+case "\$1" in remove|upgrade|deconfigure) ;; *) exit 0 ;; esac
+for l in /var/lib/dkms/amdgpu/kernel-*; do
+    [ -L "\$l" ] || continue
+    t=\$(readlink "\$l")
+    case "\$t" in $DKMS_MODVER/*) ;; *) continue ;; esac
+    k=\${t#$DKMS_MODVER/}; k=\${k%/*}
+    rm -f "/lib/modules/\$k/updates/dkms/amdgpu.ko.zst" "\$l"
+    [ -f "/lib/modules/\$k/modules.dep" ] && sed -i '/^updates\/dkms\/amdgpu\.ko\.zst:/d' "/lib/modules/\$k/modules.dep"
+done
+rm -rf /var/lib/dkms/amdgpu/$DKMS_MODVER
+rmdir /var/lib/dkms/amdgpu 2>/dev/null || true
+exit 0
+EOF
+    finish "$A"
+
+    # ------------------------------------------------------------ graphics repository
+    # ROCm 7 install docs list it (graphics/<folder>/ubuntu jammy main); nothing the roles need is in it.
+    mkdir -p "$G/pool/main"
+
+    index "$R" "ROCm APT Repository" repo.radeon.com repo.radeon.com "$ROCM_VER" amd64
+    index "$A" "AMDGPU Ubuntu $SUITE repository" repo.radeon.com repo.radeon.com "$AMDGPU_VER" i386 amd64
+    index "$G" "Graphics Ubuntu $SUITE repository" repo.radeon.com repo.radeon.com "$ROCM_VER" i386 amd64
+
+    BUILD_INFO+="rocm repo:     rocm/apt/$folder            suite $SUITE component main (amd64)  ROCm $ROCM_VER
+amdgpu repo:   amdgpu/$AMDGPU_VER/ubuntu     suite $SUITE component main (i386 amd64)  amdgpu-dkms $AMDGPU_DKMS_VERSION
+graphics repo: graphics/$folder/ubuntu     suite $SUITE component main (i386 amd64, empty)
+"
+}
+rv() { echo "$1.${ROCM_REL}-${ROCM_BUILD}~${DISTVER}"; }   # e.g. rv 1.0.0 -> 1.0.0.70002-56~22.04 (in build_release)
+
+# rocm_core_scripts UPGRADE: rocm-core's postinst/prerm into $PKGROOT (in build_release).
+# The postinst registers $ROCM_PREFIX as the "rocm" alternative (/opt/rocm) with priority <REL>, so
+# a newer release wins in auto mode and /opt/rocm follows an upgrade.
+# UPGRADE=1 adds what a change of release needs: dpkg runs the old package's "prerm upgrade" (7.0.2's
+# keeps its alternative then), removes the old release's files (its .info/version among them), and
+# then runs the new package's "postinst configure OLD-VERSION", which drops every other "rocm"
+# alternative whose rocm-core is gone; its own prerm removes its alternative on "upgrade" too, so
+# a downgrade back to an older release leaves /opt/rocm on that release, not on a removed folder.
+rocm_core_scripts() {
+    if [[ $1 == 0 ]]; then
+        cat > "$PKGROOT/DEBIAN/postinst" <<EOF
+#!/bin/sh
+set -e
+if [ "\$1" = configure ]; then
+    update-alternatives --install /opt/rocm rocm $ROCM_PREFIX $ROCM_REL
+fi
+EOF
+        cat > "$PKGROOT/DEBIAN/prerm" <<EOF
+#!/bin/sh
+set -e
+if [ "\$1" = remove ]; then
+    update-alternatives --remove rocm $ROCM_PREFIX || true
+fi
+EOF
+        return 0
+    fi
+    cat > "$PKGROOT/DEBIAN/postinst" <<EOF
+#!/bin/sh
+set -e
+if [ "\$1" = configure ]; then
+    update-alternatives --install /opt/rocm rocm $ROCM_PREFIX $ROCM_REL
+    # another release's rocm-core replaced by this one: drop its alternative
+    for p in \$(update-alternatives --list rocm 2>/dev/null); do
+        [ "\$p" = $ROCM_PREFIX ] && continue
+        [ -e "\$p/.info/version" ] || update-alternatives --remove rocm "\$p" || true
+    done
+fi
+EOF
+    cat > "$PKGROOT/DEBIAN/prerm" <<EOF
+#!/bin/sh
+set -e
+case "\$1" in
+    remove|upgrade|deconfigure) update-alternatives --remove rocm $ROCM_PREFIX || true ;;
+esac
+EOF
+}
+
+BUILD_INFO=
+# ROCm 7.0.2 with amdgpu 30.10.2: the release the scenarios install (README.md for every number)
+build_release rocm=7.0.2 rel=70002 build=56 \
+    rocminfo=1.0.0 smi=7.8.0 amdsmi=26.0.2 hipblaslt=1.0.0 rccl=2.26.6 \
+    amdgpu=30.10.2 amdgpu_build=2226257 kmod=6.14.14 amdgpu_rel=30100200 fw=30.10.2.0
+# ROCm 7.1.0 (folder 7.1) with amdgpu 30.20: the newer release an upgrade test moves to
+build_release rocm=7.1.0 rel=70100 build=20 \
+    rocminfo=1.0.0 smi=7.8.0 amdsmi=26.1.0 hipblaslt=1.1.0 rccl=2.27.7 \
+    amdgpu=30.20 amdgpu_build=2238411 kmod=6.16.6 amdgpu_rel=30200000 fw=30.20.0.0 \
+    upgrade_scripts=1
+
+# ---------------------------------------------------------------- kernel repository
+K=$OUT/kernel
+mkdir -p "$K"
+KPKGVER="${KVER%%-*}-0instinctsim1"
+[[ $KPKGVER =~ ^[0-9] ]] || KPKGVER="0-0instinctsim1"
+mkpkg "linux-headers-$KVER" "$KPKGVER" amd64 "" "kernel headers for $KVER (simulated node kernel boundary; no real headers)"
+mkdir -p "$PKGROOT/usr/src/linux-headers-$KVER" "$PKGROOT/lib/modules/$KVER"
+echo "# instinct-sim placeholder: the containers run the build host's kernel $KVER" > "$PKGROOT/usr/src/linux-headers-$KVER/Makefile"
+ln -s "/usr/src/linux-headers-$KVER" "$PKGROOT/lib/modules/$KVER/build"
+finish "$K"
+mkpkg "linux-modules-extra-$KVER" "$KPKGVER" amd64 "" "extra kernel modules for $KVER (simulated node kernel boundary; placeholder)"
+placeholder "/lib/modules/$KVER/kernel/instinct-sim-modules-extra-placeholder"
+finish "$K"
+mkdir -p "$K/$(dirname "$SIM_REL")"
+cp "$SIM_DEB" "$K/$SIM_REL"
+
 index "$K" "instinct-sim node kernel boundary ($KVER)" instinct-sim instinct-sim-kernel "$KVER" amd64
 
 GNUPGHOME=$OUT/.gnupg gpgconf --kill gpg-agent 2>/dev/null || true
@@ -345,10 +427,7 @@ GNUPGHOME=$OUT/.gnupg-wrong gpgconf --kill gpg-agent 2>/dev/null || true
 rm -rf "$STAGE"
 
 cat > "$OUT/BUILD-INFO" <<EOF
-rocm repo:     rocm/apt/$ROCM_VER            suite $SUITE component main (amd64)
-amdgpu repo:   amdgpu/$AMDGPU_VER/ubuntu     suite $SUITE component main (i386 amd64)
-graphics repo: graphics/$ROCM_VER/ubuntu     suite $SUITE component main (i386 amd64, empty)
-kernel repo:   kernel                    suite $SUITE component main (amd64), kernel $KVER
+${BUILD_INFO}kernel repo:   kernel                    suite $SUITE component main (amd64), kernel $KVER
 key:           rocm/rocm.gpg.key   wrong key: wrong/rocm.gpg.key
 EOF
 echo "built $OUT (kernel $KVER)"
