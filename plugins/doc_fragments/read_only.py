@@ -16,10 +16,12 @@ attributes:
     description: Runs the same way in check mode; it only reads.
   diff_mode:
     support: none
+    description: Returns no diff; it changes nothing.
 """
 
     FACTS = r"""
 attributes:
   facts:
     support: full
+    description: Returns its results under C(ansible_facts), so that they become host facts.
 """

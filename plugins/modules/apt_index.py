@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: apt_index
 short_description: Make apt's package index fit to install from
 version_added: 0.1.0
-author: instinct.finetune maintainers
+author: instinct.finetune maintainers (@instinct-finetune)
 description:
   - Refreshes apt's package lists (C(apt-get update)) when they hold no Packages index at all,
     when they are older than O(valid_time), when O(force) is set, or, once, when apt does not know
@@ -72,6 +72,7 @@ attributes:
     description: Refreshes the lists in check mode too (they are a cache, not configuration) and reports no change.
   diff_mode:
     support: none
+    description: Returns no diff; the package lists it refreshes are a cache.
 seealso:
   - module: ansible.builtin.apt
 """

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: fabric_iface
 short_description: Choose the network interface that RCCL/NCCL and Gloo traffic must use on a node
 version_added: 0.1.0
-author: instinct.finetune maintainers
+author: instinct.finetune maintainers (@instinct-finetune)
 description:
   - Reads C(ip -j addr) (and C(ip -j route get PEER) when O(peer) is given) and picks the fabric
     interface, in this order, the first that applies; an explicit O(ifname) (it must exist, be up

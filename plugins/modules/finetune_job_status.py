@@ -11,12 +11,12 @@ DOCUMENTATION = r"""
 module: finetune_job_status
 short_description: Read where one node's part of a fine-tune job stands
 version_added: 0.1.0
-author: instinct.finetune maintainers
+author: instinct.finetune maintainers (@instinct-finetune)
 description:
   - Reads the job's systemd unit (C(systemctl show)), the exit record its C(ExecStopPost) writes,
     the fingerprint of the settings it was launched with, LLaMA-Factory's C(trainer_log.jsonl), the
     C(checkpoint-N) folders of the output directory and the last lines of the node's training log.
-  - Turns them into one O(state) per node, which the finetune role combines across the nodes to
+  - Turns them into one RV(state) per node, which the finetune role combines across the nodes to
     launch, resume, watch or stop a job.
   - Never changes anything on the host.
 options:
@@ -51,7 +51,7 @@ options:
   metrics_dir:
     description:
       - The job's metrics folder, where each rank of this node writes C(rank<N>.prom) with the time
-        of its last optimizer step; read for O(idle_seconds). Empty to leave it out.
+        of its last optimizer step; read for RV(idle_seconds). Empty to leave it out.
     type: path
     default: ""
   wait_seconds:

@@ -6,12 +6,15 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+# Documentation only, as for ansible.builtin.debug: the action plugin of the same name
+# (plugins/action/finetune_watch.py) does the work on the controller and checks the options.
+
 DOCUMENTATION = r"""
 ---
 module: finetune_watch
 short_description: Follow a running fine-tune job on every node until it ends, stalls or a rank dies
 version_added: 0.1.0
-author: instinct.finetune maintainers
+author: instinct.finetune maintainers (@instinct-finetune)
 description:
   - Runs on the controller (an action plugin) in one task per node, for the job's whole life. Each
     round it reads the node's part of the job with M(instinct.finetune.finetune_job_status), waiting
@@ -65,6 +68,7 @@ attributes:
     description: Not run in check mode; the finetune role skips the watch there.
   diff_mode:
     support: none
+    description: Returns no diff; it reports C(changed) when it stopped the node's unit.
 seealso:
   - module: instinct.finetune.finetune_job_status
 """
@@ -122,15 +126,3 @@ timed_out:
   returned: always
   type: bool
 """
-
-from ansible.module_utils.basic import AnsibleModule
-
-
-def main():
-    # The work is done by the action plugin on the controller (plugins/action/finetune_watch.py).
-    module = AnsibleModule(argument_spec={}, supports_check_mode=False)
-    module.fail_json(msg="instinct.finetune.finetune_watch runs on the controller through its action plugin")
-
-
-if __name__ == "__main__":
-    main()

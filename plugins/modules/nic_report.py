@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: nic_report
 short_description: Report a node's NICs, their RDMA ports and NUMA nodes against its GPUs
 version_added: 0.1.0
-author: instinct.finetune maintainers
+author: instinct.finetune maintainers (@instinct-finetune)
 description:
   - Lists the node's NICs (interfaces in O(net_dir) with a device, so not bridges, veths or bonds)
     with PCI address, state, speed and NUMA node; the RDMA ports (O(class_dir)) on each, and those

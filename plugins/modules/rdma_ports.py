@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: rdma_ports
 short_description: Read a node's RDMA ports and choose what RCCL is given of them
 version_added: 0.1.0
-author: instinct.finetune maintainers
+author: instinct.finetune maintainers (@instinct-finetune)
 description:
   - Reads every RDMA port in O(class_dir) (the kernel's C(/sys/class/infiniband)) with its state, link
     layer, GID table (RoCE v1/v2 types and netdevs; unused all-zero entries skipped) and the NUMA node of

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: rocm_smi_facts
 short_description: Read per-GPU memory, temperature, power and the XGMI/PCIe topology from amd-smi or rocm-smi
 version_added: 0.1.0
-author: instinct.finetune maintainers
+author: instinct.finetune maintainers (@instinct-finetune)
 description:
   - Runs C(amd-smi) (the ROCm 7 tool) when it is installed, else C(rocm-smi), and returns the same
     facts either way; O(prefer) reverses the order.

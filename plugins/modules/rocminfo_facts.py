@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: rocminfo_facts
 short_description: Read the HSA agents (CPUs and AMD GPUs) that ROCm's rocminfo reports
 version_added: 0.1.0
-author: instinct.finetune maintainers
+author: instinct.finetune maintainers (@instinct-finetune)
 description:
   - Runs C(rocminfo), parses its whole output and returns the GPU agents, their gfx targets and
     counts as facts. The roles build PyTorch for the gfx archs found here and compare the GPU count

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: running_jobs
 short_description: List the fine-tune jobs whose unit runs on a node
 version_added: 0.1.0
-author: instinct.finetune maintainers
+author: instinct.finetune maintainers (@instinct-finetune)
 description:
   - The one check every stage that could disturb a training job makes before it acts (the fabric
     stage's port check and all-reduce, package changes, a reboot).

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: venv_probe
 short_description: Run a probe of the training venv, or give its recorded answer while nothing it depends on changed
 version_added: 0.1.0
-author: instinct.finetune maintainers
+author: instinct.finetune maintainers (@instinct-finetune)
 description:
   - Runs O(argv) (a probe that only reads, such as C(ds_report), C(llamafactory-cli version) or the
     finetune role's pre-launch job check) and returns its exit code and output, as
@@ -59,6 +59,7 @@ attributes:
     description: Runs the probe in check mode too (it only reads); records nothing.
   diff_mode:
     support: none
+    description: Returns no diff of the answers it records.
 seealso:
   - module: ansible.builtin.command
 """
