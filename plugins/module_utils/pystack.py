@@ -5,9 +5,17 @@ node builds which wheel, and what a torch probe says is wrong."""
 
 from __future__ import absolute_import, division, print_function
 
-from packaging.requirements import Requirement  # controller side only; ansible-core depends on it
-
 __metaclass__ = type
+
+# Only the controller's filters call what needs it, and ansible-core depends on it there; a
+# module_utils file must still import where it is missing (a node's Python without it).
+try:
+    from packaging.requirements import Requirement
+except ImportError as err:
+    Requirement = None
+    PACKAGING_IMPORT_ERROR = err
+else:
+    PACKAGING_IMPORT_ERROR = None
 
 PYTHON_SOURCES = ("auto", "deadsnakes", "os", "path")
 
@@ -68,6 +76,11 @@ def pip_requirements(report, extras=None, exclude=None):
         raise ValueError(
             f"{metadata.get('name')} {metadata.get('version')} has no extra(s) {', '.join(unknown)}; "
             f"it offers: {', '.join(sorted(known_extras)) or 'none'}"
+        )
+    if Requirement is None:
+        raise ValueError(
+            "reading requirements needs the Python package packaging (an ansible-core dependency): "
+            f"{PACKAGING_IMPORT_ERROR}"
         )
     wanted = []
     for line in metadata.get("requires_dist") or []:
@@ -171,7 +184,7 @@ def torch_problems(probe, gfx_archs, gpu_count, allow_no_gpu=False):
     if int(probe.get("device_count") or 0) != gpu_count:
         problems.append(f"torch sees {probe.get('device_count')} GPU(s), rocminfo reports {gpu_count}")
     compiled = probe.get("arch_list") or []
-    compiled_base = {str(a).split(":")[0] for a in compiled}
+    compiled_base = {str(a).partition(":")[0] for a in compiled}
     missing = [a for a in gfx_archs or [] if a not in compiled_base]
     if missing:
         problems.append(f"torch has no kernels for {', '.join(missing)} (built for {', '.join(compiled) or 'nothing'})")
