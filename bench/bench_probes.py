@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Time the GPU probe parsers on recorded real outputs and compare with their targets.
 
 Target (issue 3): parsing an 8-GPU rocminfo output takes under 5 ms.
@@ -29,7 +29,7 @@ CASES = [
 def measure(parser, text, repeat):
     parser(text)  # warm up (regex compilation, imports)
     samples = []
-    for _ in range(repeat):
+    for _round in range(repeat):
         start = time.perf_counter()
         parser(text)
         samples.append((time.perf_counter() - start) * 1000)

@@ -77,7 +77,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
-        _, args = self.validate_argument_spec(
+        _validated, args = self.validate_argument_spec(
             argument_spec={
                 "job": {"type": "str", "required": True},
                 "ranks": {"type": "list", "elements": "str", "required": True},

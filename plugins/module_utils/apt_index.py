@@ -71,7 +71,7 @@ def policy_versions(text):
 
 def _split_spec(spec):
     """``"name=1.2"`` -> ``("name", "1.2")``; ``"name"`` -> ``("name", None)``."""
-    name, _, version = spec.partition("=")
+    name, _sep, version = spec.partition("=")
     return name.strip(), (version.strip() or None)
 
 

@@ -110,7 +110,7 @@ def _thermal(smi, settings):
     readings = [(gpu["index"], gpu.get("temperature_c")) for gpu in gpus if gpu.get("temperature_c") is not None]
     return {
         "limit": limit,
-        "max_celsius": max((t for _, t in readings), default=None),
+        "max_celsius": max((t for _index, t in readings), default=None),
         "hot_gpus": [index for index, t in readings if t >= limit],
     }
 

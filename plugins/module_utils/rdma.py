@@ -59,7 +59,7 @@ def ports_from_sysfs(files):
             port["gids"].setdefault(int(leaf[2]), {})["netdev"] = value
             port["netdev"] = port["netdev"] or value
     numa = {
-        str(path).strip("/").split("/")[0]: str(text).strip()
+        str(path).strip("/").partition("/")[0]: str(text).strip()
         for path, text in (files or {}).items()
         if str(path).strip("/").split("/")[1:] == ["device", "numa_node"]
     }
@@ -89,7 +89,7 @@ def ports_from_rdma_link(text):
         words = line.split()
         if len(words) < 2 or words[0] != "link" or "/" not in words[1]:
             continue
-        device, _, number = words[1].partition("/")
+        device, _sep, number = words[1].partition("/")
         # name value pairs; a trailing space (older iproute2) leaves no odd word.
         fields = dict(zip(words[2::2], words[3::2], strict=False))
         layer = "InfiniBand" if "lid" in fields else ("Ethernet" if "netdev" in fields else "")
@@ -253,7 +253,7 @@ def netdevs_from_sysfs(files):
     link that is down) is None."""
     nics = {}
     for path, text in (files or {}).items():
-        name, _, leaf = str(path).strip("/").partition("/")
+        name, _sep, leaf = str(path).strip("/").partition("/")
         nic = nics.setdefault(name, {"name": name, "pci": "", "state": "", "numa_node": None, "speed_mbps": None})
         value = str(text).strip()
         if leaf == "device":

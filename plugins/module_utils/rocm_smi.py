@@ -194,7 +194,7 @@ def _check_complete(links, what):
     (a line lost or mangled in transit) would otherwise read as "no link" and hide a PCIe hop."""
     if not links:
         return
-    count = max(b for _, b in links) + 1
+    count = max(b for _a, b in links) + 1
     missing = [pair for pair in combinations(range(count), 2) if pair not in links]
     if missing:
         shown = ", ".join(f"{a}-{b}" for a, b in missing[:4]) + (" ..." if len(missing) > 4 else "")
@@ -411,7 +411,7 @@ def parse_rocm_smi_json(text):
             raise _unparsable(f"{what}: unexpected top-level key '{key}' (expected cardN and system).")
     _check_complete(links, what)
     gpus = _check_unique(gpus, what)
-    if links and gpus and gpus[-1]["index"] > max(b for _, b in links):
+    if links and gpus and gpus[-1]["index"] > max(b for _a, b in links):
         raise _unparsable(f"{what}: card{gpus[-1]['index']} is outside the topology's devices.")
     return {"gpus": gpus, "links": _link_list(links)}
 
@@ -518,7 +518,7 @@ def parse_rocm_smi_concise(text):
     if header is None:
         raise _unparsable(f"{what}: no 'Device' header row.")
     columns = _concise_columns(lines[header])
-    names = [name for _, name in columns]
+    names = [name for _key, name in columns]
     for required in ("Temp", "PwrCap"):
         if required not in names:
             raise _unparsable(f"{what}: no '{required}' column in the header.")

@@ -95,7 +95,7 @@ def node_rows(hostvars, hosts):
         variables = dict(hostvars[host])
         variables.setdefault("inventory_hostname", host)
         row = []
-        for _, read in COLUMNS:
+        for _title, read in COLUMNS:
             value = read(variables)
             row.append("-" if value in (None, "") else str(value))
         rows.append(row)
@@ -104,7 +104,7 @@ def node_rows(hostvars, hosts):
 
 def render_table(rows, headers=None):
     """Rows of cells as aligned text lines, header first."""
-    headers = list(headers or [title for title, _ in COLUMNS])
+    headers = list(headers or [title for title, _read in COLUMNS])
     table = [headers, *[[str(cell) for cell in row] for row in rows]]
     widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
 

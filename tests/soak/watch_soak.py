@@ -92,9 +92,8 @@ def soak(workdir, rounds, hosts=("node-a", "node-b")):
         (workdir / "units" / f"{unit}.rounds").write_text(str(rounds))
         (workdir / "units" / f"{unit}.exitpath").write_text(str(workdir / host / "exit-status"))
     inventory = workdir / "hosts.yml"
-    inventory.write_text(json.dumps({"nodes": {"hosts": {h: {"ansible_connection": "local",
-                                                           "ansible_python_interpreter": sys.executable}
-                                                       for h in hosts}}}))  # fmt: skip
+    node_vars = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory.write_text(json.dumps({"nodes": {"hosts": {h: node_vars for h in hosts}}}))
     (workdir / "watch.yml").write_text(PLAYBOOK)
     env = dict(
         os.environ,

@@ -131,7 +131,7 @@ def test_number_words(n, words):
 
 
 def test_the_tensors_are_a_llama_state_dict_for_the_config(assets):
-    outdir, _ = assets
+    outdir, _result = assets
     config = json.loads((outdir / "model" / "config.json").read_text(encoding="utf-8"))
     assert config["architectures"] == ["LlamaForCausalLM"]
     assert config["model_type"] == "llama"
@@ -174,7 +174,7 @@ def test_the_tensors_are_a_llama_state_dict_for_the_config(assets):
 
 
 def test_the_tokenizer_has_the_special_tokens_and_round_trips_the_dataset(assets):
-    outdir, _ = assets
+    outdir, _result = assets
     model = outdir / "model"
     tokenizer = Tokenizer.from_file(str(model / "tokenizer.json"))
     config = json.loads((model / "config.json").read_text(encoding="utf-8"))

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 # Copyright: instinct.finetune contributors
 # Apache License 2.0 (see LICENSE)
 """Read-only collection of a node's state for playbooks/diagnose.yml (standard library only).
@@ -213,7 +212,7 @@ def section_fabric(settings):
     value = hcas[-1].strip().strip("\"'") if hcas else ""
     # "^..." lists the ports RCCL must not use; only a list of ports to use can be checked.
     for entry in value.lstrip("=").split(",") if value and not value.startswith("^") else []:
-        device, _, port = entry.strip().partition(":")
+        device, _sep, port = entry.strip().partition(":")
         if device:
             class_dir = settings.get("rdma_class_dir", "/sys/class/infiniband")
             state = read(f"{class_dir}/{device}/ports/{port or '1'}/state")
@@ -246,7 +245,7 @@ def section_builds(settings):
 def section_memory(settings):
     info = {}
     for line in (read("/proc/meminfo") or "").splitlines():
-        key, _, value = line.partition(":")
+        key, _sep, value = line.partition(":")
         if value.strip().endswith("kB"):
             info[key] = int(value.split()[0]) // 1024
     env_text = read(settings["env_file"]) or ""

@@ -42,7 +42,7 @@ def run(local_rank, settings):
         if gpu:
             torch.cuda.synchronize()
         start = time.perf_counter()
-        for _ in range(iterations):
+        for _iteration in range(iterations):
             dist.all_reduce(tensor)
         if gpu:
             torch.cuda.synchronize()

@@ -20,7 +20,7 @@ deadline = time.monotonic() + timeout
 while not expected <= seen and time.monotonic() < deadline:
     server.settimeout(max(0.1, deadline - time.monotonic()))
     try:
-        conn, (peer, _) = server.accept()
+        conn, (peer, _port) = server.accept()
     except TimeoutError:
         break
     seen.add(peer)

@@ -87,7 +87,7 @@ def check(spec):
 
     training_args = None
     try:
-        _, _, training_args, _, _ = _parse_train_args(train)
+        training_args = _parse_train_args(train)[2]
         checked.append("LLaMA-Factory's argument parser and TrainingArguments")
     except (ValueError, TypeError) as error:
         problems.append(f"LLaMA-Factory refuses the training settings: {error}")

@@ -58,7 +58,7 @@ def cpu_name(cpuinfo=None):
         except OSError:
             cpuinfo = ""
     for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
+        key, _sep, value = line.partition(":")
         if key.strip() in ("model name", "Model name") and value.strip():
             return " ".join(value.split())
     return platform.processor() or platform.machine() or "cpu"
@@ -101,13 +101,13 @@ def burn(torch, device, size, seconds, dtype):
     a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     c = torch.empty(size, size, device=device, dtype=dtype)
-    for _ in range(WARMUP_ITERATIONS):
+    for _warmup in range(WARMUP_ITERATIONS):
         torch.matmul(a, b, out=c)
     synchronize()
     done, elapsed, batch = 0, 0.0, 1
     start = time.perf_counter()
     while elapsed < seconds:
-        for _ in range(batch):
+        for _iteration in range(batch):
             torch.matmul(a, b, out=c)
         synchronize()
         done += batch

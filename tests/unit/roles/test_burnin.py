@@ -145,7 +145,7 @@ class FakeTorch:
 
     @staticmethod
     def device(spec):
-        kind, _, index = spec.partition(":")
+        kind, _sep, index = spec.partition(":")
         return SimpleNamespace(type=kind, index=int(index) if index else None, spec=spec)
 
     class Generator:

@@ -73,16 +73,16 @@ def test_an_eight_rail_mi300x_node_gets_every_hca_and_amds_settings():
 
 
 def test_a_cpu_node_gets_none_of_them():
-    _, env = render([], [])
+    _text, env = render([], [])
     assert not AMD & set(env)
     assert "NCCL_IB_HCA" not in env and "NCCL_IB_GID_INDEX" not in env
     assert env["GLOO_SOCKET_IFNAME"] == "ens50f0" and env["MASTER_ADDR"] == "10.10.0.11"
 
 
 def test_another_arch_gets_none_and_an_empty_value_leaves_one_out():
-    _, env = render(["gfx90a"], ["mlx5_0:1"])
+    _text, env = render(["gfx90a"], ["mlx5_0:1"])
     assert not AMD & set(env)
-    _, env = render(["gfx942"], [], fabric_gpu_max_hw_queues="")
+    _text, env = render(["gfx942"], [], fabric_gpu_max_hw_queues="")
     assert "GPU_MAX_HW_QUEUES" not in env and "TORCH_NCCL_HIGH_PRIORITY" in env
     settings = [dict(s, value=None) if s["name"] == "RCCL_MSCCL_ENABLE" else s for s in arch_settings()]
     names = [s["name"] for s in rccl_env_settings(

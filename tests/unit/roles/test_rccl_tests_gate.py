@@ -68,7 +68,7 @@ def test_one_node_runs_every_gpu_from_one_process_and_the_recorded_run_passes_am
 
 
 def test_a_recorded_run_below_the_threshold_fails_naming_the_size_and_both_figures(tmp_path):
-    proc, _ = run_step(tmp_path, 400.0)
+    proc, _argv = run_step(tmp_path, 400.0)
     assert proc.returncode != 0
     out = " ".join(proc.stdout.split())
     assert "all-reduce bus bandwidth 315.9 GB/s at 8589934592 bytes, below the 380.0 GB/s" in out, out[-3000:]

@@ -115,7 +115,7 @@ def test_every_runbook_page_is_named_by_a_rule():
 
 
 def test_a_healthy_mi300x_node_needs_no_runbook():
-    found, facts, _ = runbooks(healthy_raw())
+    found, facts, _details = runbooks(healthy_raw())
     assert found == []
     assert facts["gpus"] == {"pci": 8, "rocm": 8, "smi": 8, "expected": 8, "missing": 0, "unparsed": False}
     assert facts["driver"]["loaded"] is True
@@ -129,7 +129,7 @@ def test_driver_not_loaded_names_only_its_page():
 
 
 def test_kfd_permission_names_only_its_page():
-    found, _, _ = runbooks(healthy_raw(), rocminfo="fail-kfd-permission-not-render-group.txt", smi=None)
+    found, _facts, _details = runbooks(healthy_raw(), rocminfo="fail-kfd-permission-not-render-group.txt", smi=None)
     assert found == ["kfd-permission.md"]
 
 
@@ -153,7 +153,7 @@ def test_a_gpu_short_of_the_expected_count():
     ],
 )  # fmt: skip
 def test_each_finding_names_its_page(change, page):
-    found, _, _ = runbooks(healthy_raw(**change))
+    found, _facts, _details = runbooks(healthy_raw(**change))
     assert found == [page]
 
 
@@ -171,7 +171,7 @@ def test_an_rdma_port_of_nccl_ib_hca_that_is_down_or_missing():
     fabric = dict(healthy_raw()["fabric"], rdma={"mlx5_0:1": "4: ACTIVE", "mlx5_1:1": "4: ACTIVE"})
     assert runbooks(healthy_raw(fabric=fabric))[0] == []
     fabric["rdma"] = {"mlx5_0:1": "4: ACTIVE", "mlx5_1:1": "1: DOWN", "mlx5_9:1": None}
-    found, facts, _ = runbooks(healthy_raw(fabric=fabric))
+    found, facts, _details = runbooks(healthy_raw(fabric=fabric))
     assert found == ["fabric-bandwidth.md"]
     assert facts["fabric"]["rdma_ports_not_active"] == ["mlx5_1:1 1: DOWN", "mlx5_9:1 missing"]
 
@@ -182,13 +182,13 @@ def test_a_nic_on_a_socket_without_gpus_is_cross_socket():
     # The recorded static output puts GPUs 0-3 on NUMA node 0 and 4-7 on node 1: no finding.
     assert runbooks(healthy_raw(fabric=fabric))[0] == []
     fabric["nic"] = dict(fabric["nic"], numa_node=2)
-    found, facts, _ = runbooks(healthy_raw(fabric=fabric))
+    found, facts, _details = runbooks(healthy_raw(fabric=fabric))
     assert found == ["rccl-timeout.md"] and facts["fabric"]["gpu_numa_nodes"] == [0, 1]
 
 
 def test_hipblaslt_without_kernels_for_the_gpus_arch():
     libraries = {"hipblaslt": True, "rccl": True, "hipblaslt_archs": ["gfx90a"]}
-    found, facts, _ = runbooks(healthy_raw(libraries=libraries))
+    found, facts, _details = runbooks(healthy_raw(libraries=libraries))
     assert found == ["hipblaslt-missing.md"] and facts["libraries"]["archs_without_kernels"] == ["gfx942"]
 
 
@@ -245,7 +245,7 @@ def test_jobs_failed_hung_or_without_a_finite_perplexity():
             {"name": "b", "unit_state": "active", "exit_record": None, "ranks": ranks},
         ]
     }
-    found, facts, _ = runbooks(healthy_raw(jobs=jobs))
+    found, facts, _details = runbooks(healthy_raw(jobs=jobs))
     assert found == ["rank-failed.md", "rank-hung.md"]
     assert facts["jobs"]["failed"][0]["job"] == "a" and facts["jobs"]["stalled"][0]["minutes"] == 60
     bad = {"jobs": [{"name": "c", "unit_state": "inactive", "exit_record": "result=success code=exited status=0 at=1",
@@ -270,7 +270,7 @@ def test_monitoring_and_memory_and_repositories():
     assert runbooks(healthy_raw(repositories=repos))[0] == ["rocm-repository.md"]
     # A freshly built or trimmed image: only the lock and the InRelease files, no Packages index.
     empty = dict(healthy_raw()["repositories"], apt_lists=[])
-    found, facts, _ = runbooks(healthy_raw(repositories=empty))
+    found, facts, _details = runbooks(healthy_raw(repositories=empty))
     assert found == ["apt-index.md"]
     assert facts["repositories"]["package_lists"] is False
 
@@ -310,7 +310,7 @@ def test_each_page_tells_how_to_run_the_check_that_finds_it():
 
 def test_a_venv_whose_python_dies_of_an_illegal_instruction_is_diagnosed_not_crashed_on():
     crashed = {"python": "unknown", "rc": -4, "stderr": "", "torch": {"error": "the venv probe printed nothing"}}
-    found, facts, _ = runbooks(healthy_raw(), venv=crashed)
+    found, facts, _details = runbooks(healthy_raw(), venv=crashed)
     assert found == ["illegal-instruction.md"]
     assert facts["torch"]["python_ok"] is None and facts["torch"]["illegal_instruction"] is True
 
@@ -319,5 +319,5 @@ def test_the_group_that_owns_dev_kfd_is_what_counts():
     render_only = dict(healthy_raw()["permissions"], groups=["instinct", "render"])
     assert runbooks(healthy_raw(permissions=render_only))[0] == []
     video_only = dict(healthy_raw()["permissions"], groups=["instinct", "video"])
-    found, _, details = runbooks(healthy_raw(permissions=video_only))
+    found, _facts, details = runbooks(healthy_raw(permissions=video_only))
     assert found == ["kfd-permission.md"] and details[0]["detail"] == "instinct not in the group of /dev/kfd: render"

@@ -183,7 +183,7 @@ def test_the_textfile_of_a_fresh_sample():
     assert values[("instinct_gpu_collector_last_success_timestamp_seconds", frozenset())] == 1700000000.5
     assert values[("instinct_gpu_collector_source_info", frozenset({("tool", "rocm-smi")}))] == 1
     # Values the views do not carry are absent, never written as 0.
-    assert not any(name == "instinct_gpu_ecc_errors_total" for name, _ in values)
+    assert not any(name == "instinct_gpu_ecc_errors_total" for name, _value in values)
     # One HELP and one TYPE per family, for every family written.
     families = re.findall(r"^# TYPE (\w+) ", text, re.M)
     assert len(families) == len(set(families)) and set(families) <= set(METRICS)

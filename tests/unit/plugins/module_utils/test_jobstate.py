@@ -181,7 +181,7 @@ def test_progress_of_the_real_run():
     assert prog["eval_loss"] == 4.547991752624512  # the run's all_results.json eval_loss
     assert prog["elapsed_time"] == "0:00:07"
     assert len(prog["losses"]) == 20
-    assert [step for step, _ in prog["losses"]] == list(range(2, 41, 2))
+    assert [step for step, _loss in prog["losses"]] == list(range(2, 41, 2))
     assert prog["losses"][0] == [2, 6.516677379608154]
     assert prog["losses"][-1][1] < prog["losses"][0][1] - 2  # the loss curve went down
 

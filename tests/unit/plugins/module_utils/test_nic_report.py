@@ -65,7 +65,7 @@ def test_the_nics_of_a_net_tree_are_read_with_their_numa_node_and_a_down_link_ha
 def test_each_nic_shows_its_rdma_port_and_whether_rccl_gets_it():
     ports = oci_ports()
     nics = [{"name": n, "pci": "", "state": "UP", "numa_node": None, "speed_mbps": None} for n in ("eth0", "rdma0")]
-    hcas, _ = choose_hcas(ports, exclude_netdevs=["eth0"])
+    hcas, _link_layer = choose_hcas(ports, exclude_netdevs=["eth0"])
     report = nic_report(nics, ports, hcas, [0, 0, 0, 0, 1, 1, 1, 1])
     rows = {row["name"]: row for row in report["nics"]}
     assert rows["eth0"]["rdma"] == ["mlx5_4:1 ACTIVE Ethernet"] and rows["eth0"]["in_hcas"] is False
@@ -85,7 +85,7 @@ def test_gpus_whose_nearest_rails_are_left_out_are_warned_about_in_the_report():
 
 def test_infiniband_ports_without_a_netdev_are_rows_of_their_own_and_the_lines_show_them():
     ports = ports_from_sysfs(read_infiniband_class(str(H100_TREE)))
-    hcas, _ = choose_hcas(ports, ["mlx5_[0-9]"])
+    hcas, _link_layer = choose_hcas(ports, ["mlx5_[0-9]"])
     lines = nic_report_lines(nic_report([], ports, hcas, [None, None]))
     assert lines[0] == "NIC | PCI | state | speed | NUMA | RDMA ports"
     assert "mlx5_0:1 | - | ACTIVE | - | - | mlx5_0:1 ACTIVE InfiniBand, in NCCL_IB_HCA" in lines

@@ -65,7 +65,7 @@ def test_what_is_not_a_key_is_refused(text):
 
 
 def test_a_truncated_key_is_refused(generated_key):
-    armored, _ = generated_key
+    armored, _expected = generated_key
     lines = armored.strip().splitlines()
     cut = "\n".join([*lines[:4], lines[-1]])
     with pytest.raises(ValueError):

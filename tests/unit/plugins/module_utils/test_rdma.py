@@ -135,7 +135,7 @@ def test_gpus_whose_nearest_port_is_left_out_are_warned_about():
     for index, port in enumerate(ports):
         port["numa_node"] = 0 if index < 5 else 1
     gpus = [0, 0, 0, 0, 1, 1, 1, 1]
-    hcas, _ = choose_hcas(ports, exclude_netdevs=["eth0"])
+    hcas, _link_layer = choose_hcas(ports, exclude_netdevs=["eth0"])
     assert nearest_port_warnings(ports, hcas, gpus) == []
     (warning,) = nearest_port_warnings(ports, ["mlx5_0:1", "mlx5_1:1"], gpus)
     assert warning.startswith("4 GPU(s) on NUMA node 1: their nearest active RDMA port(s) mlx5_5:1, mlx5_6:1, ")

@@ -146,7 +146,7 @@ def test_wait_returns_at_once_when_the_job_is_not_running(tmp_path, monkeypatch,
 
 def test_wait_polls_while_the_job_runs_and_returns_when_it_ends(tmp_path, monkeypatch, capsys):
     mark = "==== instinct.finetune launch of rank 1 at 2026-12-03T04:44:49+00:00 ===="
-    before_relaunch = RANK1_LOG.split("==== instinct.finetune launch")[0]
+    before_relaunch = RANK1_LOG.partition("==== instinct.finetune launch")[0]
     params = make_job(tmp_path, log=f"{mark}\n{before_relaunch}")
     exit_file = tmp_path / "jobs" / "tiny-sft" / "exit-status"
 
@@ -185,14 +185,14 @@ def test_a_running_job_reports_how_long_its_ranks_are_idle(tmp_path, monkeypatch
         f'instinct_finetune_step{{rank="0"}} 12\ninstinct_finetune_last_step_timestamp_seconds{{rank="0"}} {step_at}\n'
     )
     os.utime(tmp_path / "jobs" / "tiny-sft" / "output" / "trainer_log.jsonl", (step_at - 600, step_at - 600))
-    rc, result, _, _ = run_main(monkeypatch, capsys, dict(params, metrics_dir=str(metrics)), [(0, RUNNING, "")])
+    rc, result = run_main(monkeypatch, capsys, dict(params, metrics_dir=str(metrics)), [(0, RUNNING, "")])[:2]
     assert (rc, result["state"]) == (0, "running")
     assert result["idle_seconds"] == 30.0
     assert result["frozen"] == []  # RUNNING names no control group
 
 
 def test_a_job_that_is_not_running_reports_no_idle_time(tmp_path, monkeypatch, capsys):
-    _, result, _, _ = run_main(monkeypatch, capsys, make_job(tmp_path), [(0, ENDED, "")])
+    result = run_main(monkeypatch, capsys, make_job(tmp_path), [(0, ENDED, "")])[1]
     assert result["idle_seconds"] is None and result["frozen"] == []
 
 
@@ -204,7 +204,7 @@ def test_without_wait_the_unit_is_read_once(tmp_path, monkeypatch, capsys):
 def test_a_stale_job_and_a_job_that_never_ran(tmp_path, monkeypatch, capsys):
     params = make_job(tmp_path)
     (tmp_path / "jobs" / "tiny-sft" / "exit-status").write_text("result=success code=exited status=0 at=1\n")
-    _, result, _, _ = run_main(monkeypatch, capsys, dict(params, fingerprint="0123456789abcdef"), [(0, ENDED, "")])
+    result = run_main(monkeypatch, capsys, dict(params, fingerprint="0123456789abcdef"), [(0, ENDED, "")])[1]
     assert result["state"] == "stale"
     assert result["fingerprint"] == "14cec2609bbd0aa6"
     never = {
@@ -214,7 +214,7 @@ def test_a_stale_job_and_a_job_that_never_ran(tmp_path, monkeypatch, capsys):
         "output_dir": str(tmp_path / "none" / "output"),
         "log_path": str(tmp_path / "none" / "train.log"),
     }
-    _, result, _, _ = run_main(monkeypatch, capsys, never, [(0, ENDED, "")])
+    result = run_main(monkeypatch, capsys, never, [(0, ENDED, "")])[1]
     assert result["state"] == "absent"
     assert (result["exit"], result["fingerprint"], result["checkpoints"], result["log_tail"]) == (None, "", [], [])
     assert result["progress"]["current_steps"] == 0
@@ -222,7 +222,7 @@ def test_a_stale_job_and_a_job_that_never_ran(tmp_path, monkeypatch, capsys):
 
 def test_a_failing_systemctl_fails_the_module(tmp_path, monkeypatch, capsys):
     answers = [(1, "", "Failed to connect to bus: No such file or directory\n")]
-    rc, result, _, _ = run_main(monkeypatch, capsys, make_job(tmp_path), answers)
+    rc, result = run_main(monkeypatch, capsys, make_job(tmp_path), answers)[:2]
     assert rc == 1
     assert result["failed"] is True
     assert result["msg"] == f"systemctl show {UNIT} failed: Failed to connect to bus: No such file or directory"

@@ -41,7 +41,7 @@ def test_an_unchanged_venv_gets_the_recorded_answer_and_a_new_install_runs_the_p
     assert (first["rc"], first["stdout"].strip(), first["cached"], first["changed"]) == (0, "answer 1", False, False)
     assert setting["record"].exists()
 
-    _, again = probe(setting)
+    _rc, again = probe(setting)
     assert (again["stdout"].strip(), again["cached"], again["changed"]) == ("answer 1", True, False)
     assert again["key"] == first["key"]
     assert runs(setting) == 1
@@ -49,11 +49,11 @@ def test_an_unchanged_venv_gets_the_recorded_answer_and_a_new_install_runs_the_p
     # A distribution installed into the venv: the probe runs again.
     (setting["site"] / "another-2.0.dist-info").mkdir()
     (setting["site"] / "another-2.0.dist-info" / "RECORD").write_text("")
-    _, after_install = probe(setting)
+    _rc, after_install = probe(setting)
     assert (after_install["stdout"].strip(), after_install["cached"]) == ("answer 2", False)
 
     # And so does a change the task names.
-    _, other = probe(setting, depends_on=["rocm 7.1.1"])
+    _rc, other = probe(setting, depends_on=["rocm 7.1.1"])
     assert (other["stdout"].strip(), other["cached"]) == ("answer 3", False)
 
 
@@ -66,7 +66,7 @@ def test_check_mode_runs_the_probe_and_records_nothing(setting):
 
 def test_a_failed_probe_is_never_recorded(setting):
     failing = [sys.executable, "-c", "import sys; print('broken', file=sys.stderr); sys.exit(1)"]
-    for _ in range(2):
+    for _run in range(2):
         rc, result = run_module(
             "venv_probe",
             json.dumps({"argv": failing, "venv": str(setting["venv"]), "record": str(setting["record"])}),
@@ -82,12 +82,12 @@ def test_a_failed_probe_is_never_recorded(setting):
 def test_a_probe_that_records_problems_as_another_exit_code_is_rerun(setting):
     problems = [sys.executable, "-c", "import sys; sys.exit(3)"]
     args = {"argv": problems, "venv": str(setting["venv"]), "record": str(setting["record"])}
-    _, result = run_module("venv_probe", json.dumps(args))
+    _rc, result = run_module("venv_probe", json.dumps(args))
     assert result["rc"] == 3
     assert not setting["record"].exists()
-    _, result = run_module("venv_probe", json.dumps({**args, "record_rcs": [0, 3]}))
+    _rc, result = run_module("venv_probe", json.dumps({**args, "record_rcs": [0, 3]}))
     assert setting["record"].exists()
-    _, result = run_module("venv_probe", json.dumps({**args, "record_rcs": [0, 3]}))
+    _rc, result = run_module("venv_probe", json.dumps({**args, "record_rcs": [0, 3]}))
     assert result["cached"] is True
 
 
