@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Time to put one built wheel on every node: node to node (the wheel_build role's way) against
 through the controller (the way it was: fetch to the controller, copy to every other node).
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Seconds from the start of the fabric stage to its failure, for two wrong settings, beside what a
 training launch would wait instead.
 

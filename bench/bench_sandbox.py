@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Wall time of the sandbox cluster's main job (site.yml), stage by stage.
 
 Runs site.yml on the sandbox cluster through ansible-runner (scripts/sandbox.py) and prints the

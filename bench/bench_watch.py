@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Seconds and controller memory per round of the job watch, at 10, 100 and 1000 rounds.
 
 The watch (instinct.finetune.finetune_watch) follows a job in one task; the task that included

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Install the collections pinned in requirements.yml without Ansible Galaxy.
 
 Galaxy is not reachable from every network (it is not from our CI), but the ``ansible`` bundle
