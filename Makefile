@@ -7,7 +7,7 @@ venv:         ## create or refresh .venv/ (pinned tools and collections)
 test:         ## every check, in order, from a bare machine; prints the total time
 	bash scripts/test.sh
 
-lint:         ## ruff, yamllint, ansible-lint (production), syntax-check
+lint:         ## ruff, yamllint, ansible-lint (production), ansible-test sanity, syntax-check
 	bash scripts/test.sh venv lint syntax
 
 unit:         ## pytest unit tests

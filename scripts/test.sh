@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one test command (`make test`): every check, in order, from a bare machine.
-#   controller venv -> ruff -> yamllint -> ansible-lint -> syntax-check -> changelog lint
+#   controller venv -> ruff -> yamllint -> ansible-lint -> ansible-test sanity -> syntax-check -> changelog lint
 #   -> pytest unit tests -> collection build/install/doc -> Docker engine + images
 #   -> integration: the molecule scenarios and, alongside them, the end-to-end run on the sandbox
 #      cluster (site.yml through ansible-runner, monitoring, a killed rank, a resume, health.yml)
@@ -46,6 +46,9 @@ do_lint() {
   stage "yamllint" yamllint --strict .
   stage "markdown" pymarkdown -c .pymarkdown.json scan README.md docs
   stage "ansible-lint (production)" ansible-lint --profile production --strict
+  # On a staged copy under ansible_collections/instinct/finetune, from venvs ansible-test builds
+  # (kept in ~/.ansible/test/venv): under a minute once they exist, about two the first time.
+  stage "ansible-test sanity" bash scripts/ansible-test-sanity.sh
 }
 
 do_syntax() {
