@@ -14,7 +14,14 @@ from __future__ import absolute_import, division, print_function
 import math
 import re
 
-from ansible_collections.instinct.finetune.plugins.module_utils import apt_index, gpu_metrics, jobstate, pci, pystack
+from ansible_collections.instinct.finetune.plugins.module_utils import (
+    apt_index,
+    driver,
+    gpu_metrics,
+    jobstate,
+    pci,
+    pystack,
+)
 from ansible_collections.instinct.finetune.plugins.module_utils import ds_report as ds_report_utils
 from ansible_collections.instinct.finetune.plugins.module_utils.rdma import port_state
 
@@ -50,14 +57,39 @@ def _driver(raw, rocminfo):
     loaded = None
     if rocminfo and not rocminfo.get("skipped"):
         loaded = reason not in ROCM_REASONS_DRIVER and reason != "missing_binary"
-    return {
+    facts = {
         "rocminfo": "missing" if reason == "missing_binary" else ("failed" if reason else "ok"),
         "loaded": loaded,
         "reason": reason,
         "message": (rocminfo or {}).get("msg") if reason else None,
         "module_loaded": raw.get("module_loaded"),
         "kfd_exists": raw.get("kfd_exists"),
+        "state": None,
+        "running": None,
+        "installed_version": None,
+        "secure_boot": None,
+        "secure_boot_problem": None,
     }
+    if raw.get("dkms_status") is not None:
+        state = driver.driver_state(
+            raw.get("kernel"),
+            raw["dkms_status"],
+            raw.get("loaded_version"),
+            raw.get("module_mtime"),
+            raw.get("boot_time"),
+        )
+        facts.update(
+            state=state["state"], running=driver.describe_loaded(state), installed_version=state["installed_version"]
+        )
+    if raw.get("sb_state") is not None:
+        facts["secure_boot"] = driver.parse_sb_state(raw["sb_state"])
+    elif "sb_efivar" in raw:
+        efivar = raw.get("sb_efivar")
+        facts["secure_boot"] = driver.parse_sb_efivar(bytes(efivar) if efivar is not None else None)
+    if facts["secure_boot"] is not None:
+        enrolled = driver.parse_mok_test_key(raw.get("mok_test")) if raw.get("mok_test") is not None else None
+        facts["secure_boot_problem"] = driver.secure_boot_problem(facts["secure_boot"], raw.get("mok_key"), enrolled)
+    return facts
 
 
 def _permissions(raw, rocminfo):

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: amdgpu_driver
 short_description: Compare the amdgpu driver a node runs with the one DKMS installed, and read Secure Boot
 version_added: 0.1.0
-author: instinct.finetune maintainers
+author: instinct.finetune maintainers (@instinct-finetune)
 description:
   - Reads the loaded amdgpu (C(/sys/module/amdgpu) and its C(version) file, which AMD's DKMS module has and
     the kernel's in-tree one has not) and the amdgpu versions C(dkms status) lists as installed for the running

@@ -192,7 +192,7 @@ index() {
 # for every release, under its own prefix /opt/rocm-<rocm>, DKMS module version
 # <kmod>-<amdgpu_build>.<DISTVER> and repository folders.
 build_release() {
-    local rocm= rel= build= rocminfo= smi= amdsmi= hipblaslt= rccl= amdgpu= amdgpu_build= kmod= amdgpu_rel= fw= upgrade_scripts=0
+    local rocm='' rel='' build='' rocminfo='' smi='' amdsmi='' hipblaslt='' rccl='' amdgpu='' amdgpu_build='' kmod='' amdgpu_rel='' fw='' upgrade_scripts=0
     local kv
     for kv in "$@"; do
         case ${kv%%=*} in

@@ -87,11 +87,43 @@ def section_os(settings):
     return {"kernel": release, "headers": os.path.isdir(build)}
 
 
+SB_EFIVAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+
+
+def boot_time():
+    for line in (read("/proc/stat") or "").splitlines():
+        if line.startswith("btime "):
+            return int(line.split()[1])
+    return None
+
+
 def section_driver(settings):
+    release = os.uname().release
+    loaded = os.path.isdir("/sys/module/amdgpu")
+    dkms = shutil.which("dkms")
+    mokutil = shutil.which("mokutil")
+    modules = glob.glob(f"/lib/modules/{release}/updates/dkms/amdgpu.ko*")
+    # The keys dkms signs modules with (Ubuntu's, Debian's): plugins/module_utils/driver.py MOK_KEYS.
+    key = next((k for k in ("/var/lib/shim-signed/mok/MOK.der", "/var/lib/dkms/mok.pub") if os.path.exists(k)), None)
+    sb_state = run([mokutil, "--sb-state"]) if mokutil else None
+    mok_test = run([mokutil, "--test-key", key]) if mokutil and key else None
+    efivar = None
+    with contextlib.suppress(OSError), open(SB_EFIVAR, "rb") as handle:
+        efivar = list(handle.read())
     return {
-        "module_loaded": os.path.isdir("/sys/module/amdgpu"),
+        "module_loaded": loaded,
         "initstate": (read("/sys/module/amdgpu/initstate") or "").strip() or None,
         "kfd_exists": os.path.exists("/dev/kfd"),
+        "kernel": release,
+        # None: no amdgpu loaded; "": the in-tree one (no version file).
+        "loaded_version": (read("/sys/module/amdgpu/version") or "") if loaded else None,
+        "dkms_status": run([dkms, "status", "amdgpu"])["stdout"] if dkms else None,
+        "module_mtime": max((os.stat(m).st_mtime for m in modules), default=None),
+        "boot_time": boot_time(),
+        "sb_state": (sb_state["stdout"] + sb_state["stderr"]) if sb_state else None,
+        "sb_efivar": efivar,
+        "mok_key": key,
+        "mok_test": (mok_test["stdout"] + mok_test["stderr"]) if mok_test else None,
     }
 
 

@@ -128,6 +128,48 @@ def test_driver_not_loaded_names_only_its_page():
     assert "ROCk" in details[0]["detail"] or "driver" in details[0]["detail"]
 
 
+def recorded(folder, name):
+    return (FIXTURES / folder / name).read_text()
+
+
+def driver_raw(**section):
+    raw = healthy_raw()
+    raw["driver"] = dict(raw["driver"], kernel="6.17.0-8-generic", boot_time=1_700_000_000, **section)
+    return raw
+
+
+DKMS_711 = "dkms-status_rocm711_ubuntu2510_two-kernels_original-modules-exist.txt"
+
+
+def test_a_node_still_running_an_older_amdgpu_than_dkms_installed_needs_a_reboot():
+    """7.1.1's 6.16.6 installed since the boot, the MI300X VF's recorded 6.12.12 still loaded."""
+    raw = driver_raw(
+        dkms_status=recorded("driver", DKMS_711),
+        loaded_version=recorded("driver", "sys-module-amdgpu-version_mi300x-vf_6.12.12.txt"),
+        module_mtime=1_700_000_600,
+    )
+    found, _facts, details = runbooks(raw)
+    assert found == ["reboot-required.md"]
+    assert details[0]["detail"] == "amdgpu 6.12.12 loaded; DKMS installed 6.16.6-2255209.24.04"
+    # The same node once it booted the new driver (its dmesg says "amdgpu version: 6.16.6").
+    current = driver_raw(dkms_status=recorded("driver", DKMS_711), loaded_version="6.16.6\n", module_mtime=1)
+    assert runbooks(current)[0] == []
+    assert runbooks(current)[1]["driver"]["state"] == "current"
+
+
+def test_secure_boot_without_an_enrolled_dkms_key_names_its_page_until_the_driver_runs():
+    enabled = recorded("secureboot", "mokutil-sb-state_enabled_ubuntu2204_salt-66955.txt")
+    found, facts, details = runbooks(driver_raw(sb_state=enabled, mok_key=None))
+    assert found == ["secure-boot.md"]
+    assert facts["driver"]["secure_boot"] == "enabled"
+    assert "no key for dkms" in details[0]["detail"]
+    enrolled = recorded("secureboot", "mokutil-test-key_already-enrolled_shim-signed-MOK-der.txt")
+    ok = driver_raw(sb_state=enabled, mok_key="/var/lib/shim-signed/mok/MOK.der", mok_test=enrolled)
+    assert runbooks(ok)[0] == []
+    # Without mokutil, the EFI variable (recorded "06 00 00 00 00": disabled).
+    assert runbooks(driver_raw(sb_efivar=[6, 0, 0, 0, 0], mok_key=None))[1]["driver"]["secure_boot"] == "disabled"
+
+
 def test_kfd_permission_names_only_its_page():
     found, _facts, _details = runbooks(healthy_raw(), rocminfo="fail-kfd-permission-not-render-group.txt", smi=None)
     assert found == ["kfd-permission.md"]
