@@ -42,6 +42,10 @@ def print_figures(report):
     for play in plays:
         share = 100 * play["seconds"] / report["seconds"] if report["seconds"] else 0
         print(f"  {play['play']:<{width}}  {play['seconds']:>8.1f}  {share:4.0f}%")
+    if report.get("cpu"):
+        cpu = report["cpu"]
+        print(f"  CPU seconds: controller {cpu['controller']:.0f}, the rest of this machine (Docker engine, "
+              f"nodes) {cpu['machine'] - cpu['controller']:.0f}")  # fmt: skip
     for host in sorted(report["ok"]):
         print(f"  {host}: ok={report['ok'][host]} changed={report['changed'].get(host, 0)} "
               f"failed={report['failed'].get(host, 0)}")  # fmt: skip
@@ -89,6 +93,18 @@ def print_side_by_side(first, again, count):
         print(f"  {one['play']:<{width}}  {one['seconds']:>7.1f}  {two['seconds']:>7.1f}")
 
 
+def print_cpu(results):
+    """Where the no-change runs' CPU went: this machine's cores serve the controller and every node at
+    once, so the wall time grows with the nodes' work; on a real cluster each node brings its own."""
+    print("\nCPU seconds of the no-change run (2 cores shared by the controller, the Docker engine and every node):")
+    print(f"  {'nodes':>5}  {'wall':>7}  {'controller':>10}  {'engine+nodes':>12}  {'controller/node':>15}")
+    for count, (_first, again) in results.items():
+        cpu = again.get("cpu") or {}
+        controller, machine = cpu.get("controller", 0.0), cpu.get("machine", 0.0)
+        print(f"  {count:>5}  {again['seconds']:>7.0f}  {controller:>10.0f}  {machine - controller:>12.0f}  "
+              f"{controller / count:>15.1f}")  # fmt: skip
+
+
 def scale(sandbox, counts):
     """First and no-change runs side by side, at each node count; the ratios against their targets."""
     results = {count: first_and_again(sandbox, count) for count in counts}
@@ -106,6 +122,7 @@ def scale(sandbox, counts):
         verdicts.append(ratio <= 1.3)
         print(f"no-change run on {count} nodes / on {small} nodes: {ratio:.2f}x (target: at most 1.3x) "
               f"{'PASS' if verdicts[-1] else 'FAIL'}")  # fmt: skip
+    print_cpu(results)
     walls = sorted(again.get("task_walls", []), key=lambda t: -t["seconds"])
     print(f"where the no-change run on {small} nodes goes, the 10 costliest of {len(walls)} tasks:")
     for task in walls[:10]:

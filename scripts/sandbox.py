@@ -15,6 +15,7 @@ scraped text, and the figures are written to artifacts/sandbox/<name>.json for b
 import importlib.util
 import json
 import os
+import resource
 import shlex
 import subprocess
 import sys
@@ -72,6 +73,10 @@ class RunResult:
     debug: list = field(default_factory=list)
     tasks: list = field(default_factory=list)
     task_walls: list = field(default_factory=list)
+    # CPU seconds of the run: "controller" is ansible-playbook with its forks and their connection
+    # clients (docker exec here, ssh on a real cluster); "machine" is every core of this machine,
+    # the Docker engine and the nodes' own processes included (machine_cpu_seconds).
+    cpu: dict = field(default_factory=dict)
 
     def costliest(self, count=10):
         """The ``count`` tasks that took the most wall time (a task's start to the next's, on all hosts)."""
@@ -104,6 +109,7 @@ class RunResult:
             "plays": self.plays,
             "failures": self.failures,
             "task_walls": self.task_walls,
+            "cpu": self.cpu,
             # What a run that should change nothing changed, by host and task.
             "changed_tasks": [list(pair) for pair in self.changed_tasks()],
         }
@@ -182,6 +188,21 @@ class EventReader:
         return timings
 
 
+def machine_cpu_seconds():
+    """Busy CPU seconds of every core since boot, from /proc/stat (all but idle and iowait)."""
+    with open("/proc/stat", encoding="ascii") as handle:
+        fields = [int(value) for value in handle.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds():
+    """User and system CPU seconds of this process's reaped children (ansible-playbook, run and
+    waited for by ansible-runner, with its forks and their connection clients)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_playbook(playbook, extravars=None, cmdline="", quiet=False, envvars=None, *, on_event=None):  # noqa: PLR0913
     """Run playbooks/<playbook> (or a path) on the sandbox inventory; return its RunResult.
     ``on_event`` is called with each of ansible-runner's events as the run goes."""
@@ -189,6 +210,8 @@ def run_playbook(playbook, extravars=None, cmdline="", quiet=False, envvars=None
     if not path.is_absolute():
         path = ROOT / "playbooks" / playbook if (ROOT / "playbooks" / playbook).exists() else ROOT / playbook
     reader = EventReader(on_event)
+    # Read around the run: meaningful when runs do not overlap (the benchmarks), not in threads.
+    cpu_before = (children_cpu_seconds(), machine_cpu_seconds())
     with tempfile.TemporaryDirectory(prefix="instinct-runner-") as private:
         start = time.monotonic()
         runner = ansible_runner.run(
@@ -203,6 +226,10 @@ def run_playbook(playbook, extravars=None, cmdline="", quiet=False, envvars=None
             quiet=quiet,
         )
         end = time.monotonic()
+    cpu = {
+        "controller": round(children_cpu_seconds() - cpu_before[0], 1),
+        "machine": round(machine_cpu_seconds() - cpu_before[1], 1),
+    }
     stats = reader.stats
     return RunResult(
         playbook=str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path),
@@ -217,6 +244,7 @@ def run_playbook(playbook, extravars=None, cmdline="", quiet=False, envvars=None
         debug=reader.debug,
         tasks=reader.tasks,
         task_walls=reader.task_walls(end),
+        cpu=cpu,
     )
 
 
