@@ -71,13 +71,11 @@ def _driver(raw, rocminfo):
         "secure_boot_problem": None,
     }
     if raw.get("dkms_status") is not None:
-        state = driver.driver_state(
-            raw.get("kernel"),
-            raw["dkms_status"],
-            raw.get("loaded_version"),
-            raw.get("module_mtime"),
-            raw.get("boot_time"),
-        )
+        module = raw.get("loaded_version")
+        if module is not None:
+            module = {"version": module, "srcversion": raw.get("loaded_srcversion")}
+        installed = {"mtime": raw.get("module_mtime"), "srcversion": raw.get("module_srcversion")}
+        state = driver.driver_state(raw.get("kernel"), raw["dkms_status"], module, installed, raw.get("boot_time"))
         facts.update(
             state=state["state"], running=driver.describe_loaded(state), installed_version=state["installed_version"]
         )
@@ -86,7 +84,8 @@ def _driver(raw, rocminfo):
     elif "sb_efivar" in raw:
         efivar = raw.get("sb_efivar")
         facts["secure_boot"] = driver.parse_sb_efivar(bytes(efivar) if efivar is not None else None)
-    if facts["secure_boot"] is not None:
+    # Only where DKMS installed amdgpu: a node on the kernel's own driver by choice needs no key.
+    if facts["secure_boot"] is not None and facts["state"] is not None:
         enrolled = driver.parse_mok_test_key(raw.get("mok_test")) if raw.get("mok_test") is not None else None
         facts["secure_boot_problem"] = driver.secure_boot_problem(facts["secure_boot"], raw.get("mok_key"), enrolled)
     return facts

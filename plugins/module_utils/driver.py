@@ -29,6 +29,7 @@ _DKMS_LINE = re.compile(
 STATE_CURRENT = "current"
 STATE_REBOOT = "reboot-required"
 STATE_NOT_LOADED = "not-loaded"
+STATE_STALE = "stale"
 STATE_NO_DKMS = "no-dkms"
 
 
@@ -63,43 +64,55 @@ def installed_for_kernel(entries, kernel, module="amdgpu"):
 
 
 def _version_key(version):
-    return [int(part) if part.isdigit() else part for part in re.split(r"[.\-]", version)]
+    # (is a number, value) pairs: a number and a word at the same place compare without a TypeError.
+    return [(1, int(part), "") if part.isdigit() else (0, 0, part) for part in re.split(r"[.\-]", version)]
 
 
-def driver_state(kernel, dkms_text, loaded, installed_mtime=None, boot_time=None):
+def driver_state(kernel, dkms_text, loaded, installed_file=None, boot_time=None):
     """Whether the node runs the amdgpu that DKMS installed for its running ``kernel``.
 
     ``loaded``: None when no amdgpu is loaded (no ``/sys/module/amdgpu``), else the text of its
-    ``version`` file, empty when the file is absent (the kernel's in-tree amdgpu has no
-    MODULE_VERSION; AMD's DKMS module has one). ``installed_mtime`` and ``boot_time`` (seconds since
-    the epoch: the module file's modification time, ``btime`` of ``/proc/stat``) tell a driver
-    installed since the node booted, which only a reboot loads, from one that was there at boot and
-    did not load.
+    ``version`` file (empty when the file is absent: the kernel's in-tree amdgpu has no
+    MODULE_VERSION, AMD's DKMS module has one), or ``{"version": text, "srcversion": text}`` with the
+    module's ``srcversion`` too. ``installed_file``: ``{"mtime": seconds, "srcversion": text}`` of the
+    module file DKMS installed for the kernel (``modinfo -F srcversion``), either may be None.
+    ``boot_time``: ``btime`` of ``/proc/stat``. The module file's time against the boot tells a driver
+    installed since the node booted, which only a reboot loads, from one that was there at boot.
 
-    Returns ``{state, loaded, loaded_version, installed_version, installed_since_boot}`` where state is
-    ``current`` (the loaded driver is the installed one), ``reboot-required`` (another driver, or none,
-    is loaded and the installed one came after the boot, or the in-tree or an older driver still
-    runs), ``not-loaded`` (installed before this boot and no amdgpu loaded: it failed to load) or
-    ``no-dkms`` (no amdgpu installed for this kernel: nothing to compare).
+    The version names the upstream driver only: AMD's point releases can share it (30.10.1 and 30.10.2
+    are both 6.14.14). Where both srcversions are known (a checksum of the module's sources), they must
+    agree too.
+
+    Returns ``{state, loaded, loaded_version, installed_version, installed_since_boot}``, state one of
+    ``current`` (the loaded driver is the installed one); ``reboot-required`` (another driver, or none,
+    runs and the installed one came after the boot, or when is unknown); ``stale`` (the node booted
+    after the install and still runs another driver: the initramfs holds the old one, or the new one
+    failed to load and the in-tree one took over; a reboot alone does not help); ``not-loaded``
+    (installed before this boot, no amdgpu loaded: it failed to load); ``no-dkms`` (no amdgpu installed
+    for this kernel: nothing to compare).
     """
     installed = installed_for_kernel(parse_dkms_status(dkms_text), kernel)
-    loaded_version = (loaded or "").strip() or None
-    loaded = loaded is not None
-    since_boot = None
-    if installed_mtime is not None and boot_time is not None:
-        since_boot = installed_mtime > boot_time
+    if not isinstance(loaded, dict):
+        loaded = None if loaded is None else {"version": loaded}
+    loaded_version = ((loaded or {}).get("version") or "").strip() or None
+    loaded_src = ((loaded or {}).get("srcversion") or "").strip() or None
+    installed_src = ((installed_file or {}).get("srcversion") or "").strip() or None
+    mtime = (installed_file or {}).get("mtime")
+    since_boot = None if mtime is None or boot_time is None else mtime > boot_time
     result = {
-        "loaded": bool(loaded),
+        "loaded": loaded is not None,
         "loaded_version": loaded_version,
         "installed_version": installed[-1] if installed else None,
         "installed_since_boot": since_boot,
     }
+    same_version = bool(installed) and loaded_version == module_base_version(installed[-1])
+    same_source = not (loaded_src and installed_src) or loaded_src == installed_src
     if not installed:
         result["state"] = STATE_NO_DKMS
-    elif loaded and loaded_version and module_base_version(installed[-1]) == loaded_version:
+    elif loaded is not None and same_version and same_source:
         result["state"] = STATE_CURRENT
-    elif not loaded and since_boot is False:
-        result["state"] = STATE_NOT_LOADED
+    elif since_boot is False:
+        result["state"] = STATE_NOT_LOADED if loaded is None else STATE_STALE
     else:
         result["state"] = STATE_REBOOT
     return result
@@ -114,6 +127,41 @@ def describe_loaded(state):
     return "the kernel's in-tree amdgpu loaded (no version file)"
 
 
+def driver_problem(state, after_reboot=False):
+    """What stops a node, from ``driver_state``'s result with ``kernel`` added, as ``(message, runbook)``:
+    None when nothing does. ``after_reboot``: the play has just rebooted the node, so a driver still
+    owed, or a booted kernel without a DKMS build, will not come right by rebooting again."""
+    kernel, installed = state.get("kernel"), state.get("installed_version")
+    running = describe_loaded(state)
+    if state["state"] == STATE_REBOOT and not after_reboot:
+        return (
+            f"reboot required: {running}, and DKMS installed amdgpu {installed} for kernel {kernel}. The node runs "
+            "the old driver until it is rebooted",
+            "reboot-required.md",
+        )
+    if state["state"] in (STATE_REBOOT, STATE_STALE):
+        return (
+            f"{running} although DKMS installed amdgpu {installed} for kernel {kernel} and the node booted since: "
+            f"the initramfs holds the old driver (run `update-initramfs -u -k {kernel}` and reboot), or the new "
+            "one failed to load and another took over (`dmesg | grep -i amdgpu`)",
+            "reboot-required.md",
+        )
+    if state["state"] == STATE_NOT_LOADED:
+        return (
+            f"DKMS installed amdgpu {installed} for kernel {kernel} before this boot and no amdgpu is loaded: the "
+            "module failed to load (`dmesg | grep -i amdgpu`, `modprobe amdgpu`; Secure Boot refuses an unsigned "
+            "or unenrolled module)",
+            "driver-not-loaded.md",
+        )
+    if state["state"] == STATE_NO_DKMS and after_reboot:
+        return (
+            f"the node booted kernel {kernel}, for which DKMS built no amdgpu: install linux-headers-{kernel} and "
+            "run `dkms autoinstall`, then reboot",
+            "kernel-headers.md",
+        )
+    return None
+
+
 # ------------------------------------------------------------------------------------ Secure Boot
 
 SB_ENABLED = "enabled"
@@ -126,6 +174,10 @@ def parse_sb_state(text):
     """``mokutil --sb-state``'s answer as enabled, disabled, unsupported (no EFI, or firmware without
     Secure Boot) or unknown."""
     lowered = (text or "").lower()
+    # "SecureBoot enabled" then "SecureBoot validation is disabled in shim" (mokutil --disable-validation):
+    # shim tells the kernel Secure Boot is off, and unsigned modules load.
+    if "validation is disabled" in lowered:
+        return SB_DISABLED
     if "secureboot enabled" in lowered:
         return SB_ENABLED
     if "secureboot disabled" in lowered:
@@ -145,11 +197,17 @@ def parse_sb_efivar(data):
     return SB_ENABLED if data[4] == 1 else SB_DISABLED
 
 
+MOK_PENDING = "pending"
+
+
 def parse_mok_test_key(text):
-    """``mokutil --test-key CERT``: True when the key is enrolled, False when not, None otherwise."""
+    """``mokutil --test-key CERT``: True when the key is enrolled, ``"pending"`` when it was imported
+    and waits for its confirmation at the next boot, False when not enrolled, None otherwise."""
     lowered = (text or "").lower()
     if "is already enrolled" in lowered:
         return True
+    if "already in the enrollment request" in lowered:
+        return MOK_PENDING
     if "is not enrolled" in lowered:
         return False
     return None
@@ -168,15 +226,21 @@ def secure_boot_problem(sb_state, key_path, key_enrolled):
     module only when that key is enrolled in shim's MOK list, which takes a reboot and a confirmation at
     the node's console.
     """
-    if sb_state != SB_ENABLED or (key_path and key_enrolled):
+    if sb_state != SB_ENABLED or (key_path and key_enrolled is True):
         return None
+    if key_path and key_enrolled == MOK_PENDING:
+        return (
+            f"Secure Boot is enabled and the key dkms signs modules with ({key_path}) was imported but its "
+            "enrollment is not confirmed: reboot the node and confirm it at the console (MokManager: Enroll MOK)"
+        )
     if not key_path:
         return (
             "Secure Boot is enabled and this node has no key for dkms to sign modules with "
             f"({' or '.join(MOK_KEYS)}): the amdgpu module DKMS builds would be unsigned and the kernel refuses "
-            "it. Either disable Secure Boot in the firmware, or create and enroll the key: "
-            f"`update-secureboot-policy --new-key && mokutil --import {MOK_KEYS[0]}`, reboot and confirm the "
-            "enrollment at the console (MokManager)"
+            "it. Either disable Secure Boot in the firmware, or create and enroll the key: on Ubuntu "
+            f"`update-secureboot-policy --new-key && mokutil --import {MOK_KEYS[0]}`, on Debian "
+            f"`dkms generate_mok && mokutil --import {MOK_KEYS[1]}`; then reboot and confirm the enrollment at "
+            "the console (MokManager)"
         )
     enrollment = "not enrolled" if key_enrolled is False else "of unknown enrollment (mokutil --test-key did not say)"
     return (

@@ -18,24 +18,34 @@ description:
     kernel, and decides whether the node runs the installed driver.
   - The decision is made on every run from what is on the node, so a reboot that is still owed is reported until
     the node is rebooted, not only on the run that changed the package.
-  - A driver installed since the node booted (its module file is newer than the boot) and not loaded needs a
-    reboot; one that was there at boot and is not loaded failed to load (C(state=not-loaded)).
+  - Where both are known, the loaded module's C(srcversion) must also be that of the installed file (read with
+    C(modinfo)), because AMD's point releases can share an upstream version (amdgpu 30.10.1 and 30.10.2 both
+    report 6.14.14).
+  - A driver installed since the node booted (its module file is newer than the boot) and not running needs a
+    reboot; one that was there at boot and is not running failed to load (C(not-loaded)) or was left out of
+    the boot (C(stale)), which another reboot would not mend.
   - Also reads the Secure Boot state (C(mokutil --sb-state), or the SecureBoot EFI variable when mokutil is not
-    installed) and whether the key Ubuntu's dkms signs modules with is enrolled, and says why a DKMS module would
-    not load.
+    installed) and whether the key dkms signs modules with (Ubuntu's or Debian's) is enrolled, and says why a
+    DKMS module would not load.
   - Never changes anything on the host.
 options:
   kernel:
     description: The kernel release to compare for; the running kernel when empty.
     type: str
     default: ""
+  after_reboot:
+    description:
+      - The caller has just rebooted the node. A driver still not running, or a booted kernel without a DKMS
+        build, is then a problem another reboot would not mend, and RV(problem) says so.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - instinct.finetune.read_only
 seealso:
   - module: instinct.finetune.rocminfo_facts
 notes:
   - The comparison uses the driver's own version (C(6.14.14) of DKMS module version C(6.14.14-2226257.22.04)),
-    the form the module reports; two AMD builds of the same upstream version are not told apart.
+    the form the module reports, and the srcversion where modinfo can read the installed file.
 """
 
 EXAMPLES = r"""
@@ -52,8 +62,10 @@ EXAMPLES = r"""
 RETURN = r"""
 state:
   description:
-    - C(current), the loaded driver is the installed one; C(reboot-required); C(not-loaded), installed before
-      this boot and not loaded; C(no-dkms), no amdgpu installed by DKMS for the kernel.
+    - C(current), the loaded driver is the installed one; C(reboot-required), installed since the boot (or when
+      unknown) and another or none loaded; C(stale), installed before this boot and another driver loaded;
+      C(not-loaded), installed before this boot and none loaded; C(no-dkms), no amdgpu installed by DKMS for
+      the kernel.
   returned: always
   type: str
   sample: reboot-required
@@ -93,6 +105,16 @@ dkms_status:
   type: list
   elements: str
   sample: ["amdgpu/6.14.14-2226257.22.04, 6.8.0-45-generic, x86_64: installed"]
+problem:
+  description: What stops the node, with the fix, from RV(state); null when nothing does.
+  returned: always
+  type: str
+  sample: "reboot required: amdgpu 6.12.12 loaded, and DKMS installed amdgpu 6.14.14-2226257.22.04 for kernel ..."
+runbook:
+  description: The runbook page of RV(problem); null when there is none.
+  returned: always
+  type: str
+  sample: reboot-required.md
 secure_boot:
   description: C(enabled), C(disabled), C(unsupported) (no EFI, or not visible) or C(unknown).
   returned: always
@@ -131,6 +153,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils.driver import (
     MOK_KEYS,
     SB_ENABLED,
     describe_loaded,
+    driver_problem,
     driver_state,
     parse_mok_test_key,
     parse_sb_efivar,
@@ -165,12 +188,20 @@ def boot_time():
     return None
 
 
-def module_mtime(kernel):
-    """The modification time of the amdgpu module DKMS installed for the kernel, newest if several."""
+def installed_module(module, kernel):
+    """The amdgpu module file DKMS installed for the kernel (the newest if several): its modification
+    time and its srcversion (None where modinfo cannot read it)."""
     paths = glob.glob(f"/lib/modules/{kernel}/updates/dkms/amdgpu.ko*")
     paths += glob.glob(f"/var/lib/dkms/amdgpu/*/{kernel}/*/module/amdgpu.ko*")
-    times = [os.stat(path).st_mtime for path in paths if os.path.exists(path)]
-    return max(times) if times else None
+    paths = sorted((path for path in paths if os.path.exists(path)), key=os.path.getmtime)
+    if not paths:
+        return None
+    srcversion = None
+    modinfo = module.get_bin_path("modinfo")
+    if modinfo:
+        rc, out, _err = module.run_command([modinfo, "-F", "srcversion", paths[-1]])
+        srcversion = out.strip() or None if rc == 0 else None
+    return {"mtime": os.path.getmtime(paths[-1]), "srcversion": srcversion}
 
 
 def secure_boot(module):
@@ -195,22 +226,34 @@ def secure_boot(module):
 
 
 def main():
-    module = AnsibleModule(argument_spec={"kernel": {"type": "str", "default": ""}}, supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec={"kernel": {"type": "str", "default": ""}, "after_reboot": {"type": "bool", "default": False}},
+        supports_check_mode=True,
+    )
     kernel = module.params["kernel"] or os.uname().release
     dkms = module.get_bin_path("dkms")
     dkms_text = ""
     if dkms:
         rc, out, err = module.run_command([dkms, "status", "amdgpu"])
         if rc != 0:
-            module.fail_json(msg=f"dkms status amdgpu failed (rc {rc}): {err.strip() or out.strip()}")
+            module.fail_json(
+                msg=f"dkms status amdgpu failed (rc {rc}): {err.strip() or out.strip()}. Check the DKMS tree "
+                "(/var/lib/dkms) and `dkms status`. See docs/runbooks/driver-not-loaded.md"
+            )
         dkms_text = out
     loaded = None
     if os.path.isdir(MODULE_DIR):
-        loaded = read_text(os.path.join(MODULE_DIR, "version")) or ""
-    state = driver_state(kernel, dkms_text, loaded, installed_mtime=module_mtime(kernel), boot_time=boot_time())
+        loaded = {
+            "version": read_text(os.path.join(MODULE_DIR, "version")) or "",
+            "srcversion": read_text(os.path.join(MODULE_DIR, "srcversion")),
+        }
+    state = driver_state(kernel, dkms_text, loaded, installed_module(module, kernel), boot_time())
+    problem = driver_problem(dict(state, kernel=kernel), module.params["after_reboot"])
     module.exit_json(
         changed=False,
         kernel=kernel,
+        problem=problem[0] if problem else None,
+        runbook=problem[1] if problem else None,
         dkms_status=dkms_text.splitlines(),
         loaded_description=describe_loaded(state),
         **state,

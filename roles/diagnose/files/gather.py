@@ -102,7 +102,14 @@ def section_driver(settings):
     loaded = os.path.isdir("/sys/module/amdgpu")
     dkms = shutil.which("dkms")
     mokutil = shutil.which("mokutil")
-    modules = glob.glob(f"/lib/modules/{release}/updates/dkms/amdgpu.ko*")
+    # The same files plugins/modules/amdgpu_driver.py reads; the newest is the one modprobe loads.
+    modules = sorted(
+        glob.glob(f"/lib/modules/{release}/updates/dkms/amdgpu.ko*")
+        + glob.glob(f"/var/lib/dkms/amdgpu/*/{release}/*/module/amdgpu.ko*"),
+        key=os.path.getmtime,
+    )
+    modinfo = shutil.which("modinfo")
+    module_src = run([modinfo, "-F", "srcversion", modules[-1]]) if modinfo and modules else None
     # The keys dkms signs modules with (Ubuntu's, Debian's): plugins/module_utils/driver.py MOK_KEYS.
     key = next((k for k in ("/var/lib/shim-signed/mok/MOK.der", "/var/lib/dkms/mok.pub") if os.path.exists(k)), None)
     sb_state = run([mokutil, "--sb-state"]) if mokutil else None
@@ -117,8 +124,10 @@ def section_driver(settings):
         "kernel": release,
         # None: no amdgpu loaded; "": the in-tree one (no version file).
         "loaded_version": (read("/sys/module/amdgpu/version") or "") if loaded else None,
+        "loaded_srcversion": (read("/sys/module/amdgpu/srcversion") or "").strip() or None,
         "dkms_status": run([dkms, "status", "amdgpu"])["stdout"] if dkms else None,
-        "module_mtime": max((os.stat(m).st_mtime for m in modules), default=None),
+        "module_mtime": os.path.getmtime(modules[-1]) if modules else None,
+        "module_srcversion": (module_src["stdout"].strip() or None) if module_src and module_src["rc"] == 0 else None,
         "boot_time": boot_time(),
         "sb_state": (sb_state["stdout"] + sb_state["stderr"]) if sb_state else None,
         "sb_efivar": efivar,

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Runs a wheel build at most once per wheel folder, however many runs start it (bash -c, no shebang:
 # the role passes this text to bash). A second run of the play (an operator re-running site.yml while
 # the first run's build still goes on in the background, its SSH session dropped) takes the folder's
@@ -8,7 +9,8 @@ out=$1 prefix=$2 log=$3 script=$4 wait=$5
 
 exec 9>"$out/.build.lock"
 if ! flock --exclusive --wait "$wait" 9; then
-    echo "wheel_build: another build of $out still holds its lock after ${wait} s" >&2
+    # On stdout: the role's failure message shows the job's output.
+    echo "wheel_build: another build of $out still holds its lock after ${wait} s"
     exit 1
 fi
 built=$(compgen -G "$out/$prefix*.whl" || true)
@@ -16,4 +18,5 @@ if [[ -n $built ]]; then
     echo "wheel_build: $built was built by a run that held the lock before this one; nothing to build"
     exit 0
 fi
-WHEEL_BUILD_OUT=$out "$script" 2>&1 | tee "$log"
+# The build does not inherit the lock's descriptor: a process it leaves behind must not hold the lock.
+WHEEL_BUILD_OUT=$out "$script" 9>&- 2>&1 | tee "$log"

@@ -30,10 +30,13 @@ def test_a_second_run_during_a_build_waits_for_it_and_builds_nothing(tmp_path):
     )
     script.chmod(0o755)
     first = start(out, script, tmp_path / "first.log")
-    time.sleep(0.5)
+    # The second run starts once the first build is under way (it holds the lock by then).
+    deadline = time.monotonic() + 20
+    while not starts.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     second = start(out, script, tmp_path / "second.log")
-    first_out, _ = first.communicate(timeout=30)
-    second_out, _ = second.communicate(timeout=30)
+    first_out = first.communicate(timeout=30)[0]
+    second_out = second.communicate(timeout=30)[0]
     assert (first.returncode, second.returncode) == (0, 0)
     assert starts.read_text().splitlines() == ["started"]
     assert "built" in first_out and (tmp_path / "first.log").read_text() == "built\n"

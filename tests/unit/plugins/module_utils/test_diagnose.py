@@ -158,16 +158,22 @@ def test_a_node_still_running_an_older_amdgpu_than_dkms_installed_needs_a_reboot
 
 
 def test_secure_boot_without_an_enrolled_dkms_key_names_its_page_until_the_driver_runs():
+    """The DKMS module was there at boot and did not load (Debian 12's "Key was rejected by service")."""
     enabled = recorded("secureboot", "mokutil-sb-state_enabled_ubuntu2204_salt-66955.txt")
-    found, facts, details = runbooks(driver_raw(sb_state=enabled, mok_key=None))
+    refused = {"dkms_status": recorded("driver", DKMS_711), "loaded_version": None, "module_mtime": 1_600_000_000}
+    found, facts, details = runbooks(driver_raw(sb_state=enabled, mok_key=None, **refused))
     assert found == ["secure-boot.md"]
+    assert facts["driver"]["state"] == "not-loaded"
     assert facts["driver"]["secure_boot"] == "enabled"
     assert "no key for dkms" in details[0]["detail"]
     enrolled = recorded("secureboot", "mokutil-test-key_already-enrolled_shim-signed-MOK-der.txt")
-    ok = driver_raw(sb_state=enabled, mok_key="/var/lib/shim-signed/mok/MOK.der", mok_test=enrolled)
+    ok = driver_raw(sb_state=enabled, mok_key="/var/lib/shim-signed/mok/MOK.der", mok_test=enrolled, **refused)
     assert runbooks(ok)[0] == []
+    # A node on the kernel's own amdgpu by choice (no DKMS) needs no key.
+    assert runbooks(driver_raw(sb_state=enabled, mok_key=None))[0] == []
     # Without mokutil, the EFI variable (recorded "06 00 00 00 00": disabled).
-    assert runbooks(driver_raw(sb_efivar=[6, 0, 0, 0, 0], mok_key=None))[1]["driver"]["secure_boot"] == "disabled"
+    efivar = driver_raw(sb_efivar=[6, 0, 0, 0, 0], mok_key=None, **refused)
+    assert runbooks(efivar)[1]["driver"]["secure_boot"] == "disabled"
 
 
 def test_kfd_permission_names_only_its_page():

@@ -9,7 +9,9 @@ from ansible_collections.instinct.finetune.plugins.module_utils.driver import (
     STATE_NO_DKMS,
     STATE_NOT_LOADED,
     STATE_REBOOT,
+    STATE_STALE,
     describe_loaded,
+    driver_problem,
     driver_state,
     installed_for_kernel,
     module_base_version,
@@ -27,6 +29,11 @@ SECUREBOOT = FIXTURES / "secureboot"
 MI100 = "dkms-status_rocm633_mi100_one-kernel_installed.txt"
 TWO_KERNELS = "dkms-status_rocm711_ubuntu2510_two-kernels_original-modules-exist.txt"
 BOOT = 1_700_000_000
+
+
+def at(mtime, srcversion=None):
+    """The installed module file: its modification time and `modinfo -F srcversion`."""
+    return {"mtime": mtime, "srcversion": srcversion}
 
 
 def text(folder, name):
@@ -87,7 +94,7 @@ def test_the_module_reports_the_upstream_part_of_the_dkms_version():
 
 
 def test_the_loaded_driver_that_dkms_installed_is_current():
-    state = driver_state("6.17.0-8-generic", text(DRIVER, TWO_KERNELS), "6.16.6\n", BOOT - 60, BOOT)
+    state = driver_state("6.17.0-8-generic", text(DRIVER, TWO_KERNELS), "6.16.6\n", at(BOOT - 60), BOOT)
     assert state["state"] == STATE_CURRENT
     assert state["installed_version"] == "6.16.6-2255209.24.04"
 
@@ -95,21 +102,23 @@ def test_the_loaded_driver_that_dkms_installed_is_current():
 def test_an_older_dkms_driver_still_loaded_after_an_upgrade_needs_a_reboot():
     """The MI300X VF's 6.12.12 (ROCm 6.4) loaded, 7.1.1's 6.16.6 installed since the boot."""
     loaded = loaded_version_file("sys-module-amdgpu-version_mi300x-vf_6.12.12.txt")
-    state = driver_state("6.17.0-8-generic", text(DRIVER, TWO_KERNELS), loaded, BOOT + 600, BOOT)
+    state = driver_state("6.17.0-8-generic", text(DRIVER, TWO_KERNELS), loaded, at(BOOT + 600), BOOT)
     assert state["state"] == STATE_REBOOT
     assert state["loaded_version"] == "6.12.12"
     assert describe_loaded(state) == "amdgpu 6.12.12 loaded"
-    # Whenever the module file was written: the old driver still runs, the stop repeats every run.
-    assert (
-        driver_state("6.17.0-8-generic", text(DRIVER, TWO_KERNELS), loaded, BOOT - 600, BOOT)["state"] == STATE_REBOOT
-    )
+    # The stop repeats on every run until the node boots: the comparison is made anew each time.
+    again = driver_state("6.17.0-8-generic", text(DRIVER, TWO_KERNELS), loaded, at(BOOT + 600), BOOT + 1)
+    assert again["state"] == STATE_REBOOT
+    # Booted since the install and still the old driver: the initramfs holds it, a reboot alone won't do.
+    booted = driver_state("6.17.0-8-generic", text(DRIVER, TWO_KERNELS), loaded, at(BOOT - 600), BOOT)
+    assert booted["state"] == STATE_STALE
 
 
 def test_the_in_tree_driver_of_an_hwe_kernel_answering_rocminfo_is_not_taken_for_the_installed_one():
     """An MI300X node on Ubuntu 24.04's in-tree amdgpu: /sys/module/amdgpu has no version file."""
     loaded = loaded_version_file("sys-module-amdgpu-version_missing_mi300x-intree-ubuntu2404.txt")
     assert loaded == ""
-    state = driver_state("6.8.0-55-generic", text(DRIVER, MI100), loaded, BOOT + 5, BOOT)
+    state = driver_state("6.8.0-55-generic", text(DRIVER, MI100), loaded, at(BOOT + 5), BOOT)
     assert state["state"] == STATE_REBOOT
     assert describe_loaded(state) == "the kernel's in-tree amdgpu loaded (no version file)"
 
@@ -118,11 +127,36 @@ def test_no_driver_loaded_is_a_pending_reboot_after_the_install_and_a_load_failu
     """The GA kernel after the install (no amdgpu loaded) waits for the reboot; a driver that was on
     disk at boot and is not loaded failed to load (Secure Boot, a blacklist)."""
     dkms = text(DRIVER, MI100)
-    assert driver_state("6.8.0-55-generic", dkms, None, BOOT + 5, BOOT)["state"] == STATE_REBOOT
-    assert driver_state("6.8.0-55-generic", dkms, None, BOOT - 5, BOOT)["state"] == STATE_NOT_LOADED
+    assert driver_state("6.8.0-55-generic", dkms, None, at(BOOT + 5), BOOT)["state"] == STATE_REBOOT
+    assert driver_state("6.8.0-55-generic", dkms, None, at(BOOT - 5), BOOT)["state"] == STATE_NOT_LOADED
     # Unknown times: a reboot is the safe answer.
     assert driver_state("6.8.0-55-generic", dkms, None)["state"] == STATE_REBOOT
     assert describe_loaded(driver_state("6.8.0-55-generic", dkms, None)) == "no amdgpu loaded"
+
+
+def srcversion(name):
+    """The srcversion a recording shows (`modinfo` field or the sysfs file's text)."""
+    recorded = text(DRIVER, name)
+    line = next(line for line in recorded.splitlines() if "srcversion" in line or line.strip().isalnum())
+    return line.split()[-1]
+
+
+def test_two_builds_of_one_upstream_version_are_told_apart_by_their_srcversion():
+    """AMD's point releases share the upstream version (30.10.1 and 30.10.2 both load as 6.14.14):
+    the sources' checksum tells them apart. The two srcversions are the recorded ones of AMD's 6.16.6
+    DKMS module (modinfo) and of an MI300X node's loaded amdgpu (sysfs)."""
+    installed = srcversion("modinfo-amdgpu-egrep_dkms-6.16.6_updates-dkms-zst_r9700.txt")
+    other = srcversion("sys-module-amdgpu-srcversion_mi300x-intree-ubuntu2404.txt")
+    assert installed != other and len(installed) == len(other) == 23
+    dkms = text(DRIVER, TWO_KERNELS)
+    upgraded = driver_state(
+        "6.17.0-8-generic", dkms, {"version": "6.16.6", "srcversion": other}, at(BOOT + 60, installed), BOOT
+    )
+    assert upgraded["state"] == STATE_REBOOT
+    same = {"version": "6.16.6", "srcversion": installed}
+    assert driver_state("6.17.0-8-generic", dkms, same, at(BOOT - 60, installed), BOOT)["state"] == STATE_CURRENT
+    # Where either checksum is unknown (modinfo failed), the version alone decides.
+    assert driver_state("6.17.0-8-generic", dkms, same, at(BOOT - 60), BOOT)["state"] == STATE_CURRENT
 
 
 def test_nothing_to_compare_without_a_dkms_driver_for_the_running_kernel():
@@ -169,6 +203,17 @@ def test_the_secure_boot_efi_variable_without_mokutil():
     assert parse_sb_efivar(None) == "unsupported"
 
 
+def test_shim_without_validation_and_a_key_waiting_for_its_confirmation():
+    """No public recording of either exists (tests/fixtures/secureboot/SOURCES.md): the lines are
+    mokutil's own messages (lcp/mokutil, src/mokutil.c), the first after a recorded enabled state."""
+    enabled = text(SECUREBOOT, "mokutil-sb-state_enabled_ubuntu2204_salt-66955.txt")
+    assert parse_sb_state(enabled + "SecureBoot validation is disabled in shim\n") == "disabled"
+    pending = parse_mok_test_key("/var/lib/shim-signed/mok/MOK.der is already in the enrollment request\n")
+    assert pending == "pending"
+    problem = secure_boot_problem("enabled", MOK_KEYS[0], pending)
+    assert "imported but its enrollment is not confirmed" in problem and "MokManager" in problem
+
+
 def test_mok_enrollment_and_what_stops_a_dkms_module_under_secure_boot():
     enrolled = parse_mok_test_key(text(SECUREBOOT, "mokutil-test-key_already-enrolled_shim-signed-MOK-der.txt"))
     assert enrolled is True
@@ -178,6 +223,30 @@ def test_mok_enrollment_and_what_stops_a_dkms_module_under_secure_boot():
     assert secure_boot_problem("unsupported", None, None) is None
     no_key = secure_boot_problem("enabled", None, None)
     assert "no key for dkms" in no_key and "update-secureboot-policy --new-key" in no_key and "MokManager" in no_key
+    assert "dkms generate_mok" in no_key
     not_enrolled = secure_boot_problem("enabled", "/var/lib/dkms/mok.pub", False)
     assert "(/var/lib/dkms/mok.pub) is not enrolled" in not_enrolled
     assert "mokutil --import /var/lib/dkms/mok.pub" in not_enrolled
+
+
+def test_what_stops_a_node_and_which_page_it_names():
+    dkms = text(DRIVER, TWO_KERNELS)
+    vf = loaded_version_file("sys-module-amdgpu-version_mi300x-vf_6.12.12.txt")
+
+    def problem(loaded, mtime, after_reboot=False, kernel="6.17.0-8-generic"):
+        state = dict(driver_state(kernel, dkms, loaded, at(mtime), BOOT), kernel=kernel)
+        return driver_problem(state, after_reboot)
+
+    assert problem("6.16.6", BOOT - 60) is None
+    message, page = problem(vf, BOOT + 60)
+    assert message.startswith("reboot required: amdgpu 6.12.12 loaded, and DKMS installed amdgpu 6.16.6-2255209.24.04")
+    assert page == "reboot-required.md"
+    # Rebooted by the play and still the old driver, or booted since the install: no reboot mends it.
+    for message, page in (problem(vf, BOOT + 60, after_reboot=True), problem(vf, BOOT - 60)):
+        assert "update-initramfs -u -k 6.17.0-8-generic" in message and page == "reboot-required.md"
+    message, page = problem(None, BOOT - 60)
+    assert "failed to load" in message and page == "driver-not-loaded.md"
+    # The play rebooted into a kernel DKMS built nothing for (its headers were missing).
+    message, page = problem(None, BOOT - 60, after_reboot=True, kernel="6.17.0-9-generic")
+    assert "linux-headers-6.17.0-9-generic" in message and page == "kernel-headers.md"
+    assert problem(None, BOOT - 60, kernel="6.17.0-9-generic") is None
