@@ -31,7 +31,7 @@ def test_the_report_names_exactly_the_runbooks_of_each_node(host, report):
 
 
 def test_the_facts_behind_the_findings(host, report):
-    data, _ = report
+    data = report[0]
     name = host.backend.get_hostname()
     facts = data["hosts"][name]["facts"]
     if name == "instinct-diag-driver":

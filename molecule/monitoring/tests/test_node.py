@@ -32,7 +32,7 @@ def test_the_collector_keeps_its_last_good_sample_marked_stale_when_no_tool_answ
         # The service's own lines reach the journal through its stdout stream, a moment after
         # systemd's; read again for a while rather than once.
         wanted = "no tool could read the GPUs (keeping the last good sample, marked stale)"
-        for _ in range(20):
+        for _attempt in range(20):
             journal = host.check_output(f"journalctl -u instinct-gpu-collector.service --since @{since} --no-pager")
             if wanted in journal:
                 break

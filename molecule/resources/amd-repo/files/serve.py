@@ -33,7 +33,7 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         return super().send_head()
 
     def do_GET(self):
-        path, _, query = self.path.partition("?")
+        path, _sep, query = self.path.partition("?")
         path = urllib.parse.unquote(path)
         if INFO_REFS.match(path) and "service=" in query:
             if urllib.parse.parse_qs(query).get("service") != ["git-upload-pack"]:
@@ -44,7 +44,7 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         super().do_GET()
 
     def do_POST(self):
-        path, _, query = self.path.partition("?")
+        path, _sep, query = self.path.partition("?")
         path = urllib.parse.unquote(path)
         if not UPLOAD_PACK.match(path) or _hidden(path):
             self.send_error(403, "only clone and fetch are served")
@@ -94,7 +94,7 @@ class Handler(http.server.SimpleHTTPRequestHandler):
             return
         status, headers = 200, []
         for line in head.decode("latin-1").splitlines():
-            name, _, value = line.partition(":")
+            name, _sep, value = line.partition(":")
             if name.strip().lower() == "status":
                 status = int(value.split()[0])
             elif name.strip():
