@@ -160,17 +160,10 @@ from ansible_collections.instinct.finetune.plugins.module_utils.driver import (
     parse_sb_state,
     secure_boot_problem,
 )
+from ansible_collections.instinct.finetune.plugins.module_utils.sysfs import read_text
 
 MODULE_DIR = "/sys/module/amdgpu"
 SB_EFIVAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
-
-
-def read_text(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return None
 
 
 def read_bytes(path):
