@@ -11,13 +11,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-if [[ $# -lt 1 ]]; then
-    recipes=("$here"/*.env)
-    recipes=("${recipes[@]##*/}")
-    echo "usage: build.sh <variant> (one of: ${recipes[*]%.env})" >&2
-    exit 2
-fi
-variant=$1
+variant=${1:?usage: build.sh <variant> (one of: $(cd "$here" && ls ./*.env | sed 's|./||; s|\.env$||' | tr '\n' ' '))}
 recipe="$here/$variant.env"
 [[ -f $recipe ]] || { echo "build.sh: no recipe $recipe" >&2; exit 2; }
 
