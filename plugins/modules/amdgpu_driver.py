@@ -127,13 +127,20 @@ mok_key:
   returned: always
   type: str
   sample: /var/lib/shim-signed/mok/MOK.der
+mok_key_pending:
+  description: Whether that key was imported and its enrollment waits for the console's confirmation at the next boot.
+  returned: always
+  type: bool
+  sample: false
 mok_key_present:
   description: Whether such a key exists.
   returned: always
   type: bool
   sample: false
 mok_key_enrolled:
-  description: Whether that key is enrolled (C(mokutil --test-key)); null when unknown or not asked.
+  description:
+    - Whether that key is enrolled (C(mokutil --test-key)); null when unknown or not asked.
+    - False while its enrollment waits for the console's confirmation (RV(mok_key_pending)).
   returned: always
   type: bool
   sample: null
@@ -151,6 +158,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.instinct.finetune.plugins.module_utils.driver import (
     MOK_KEYS,
+    MOK_PENDING,
     SB_ENABLED,
     describe_loaded,
     driver_problem,
@@ -213,7 +221,8 @@ def secure_boot(module):
         "secure_boot": state,
         "mok_key": key,
         "mok_key_present": key is not None,
-        "mok_key_enrolled": enrolled,
+        "mok_key_enrolled": False if enrolled == MOK_PENDING else enrolled,
+        "mok_key_pending": enrolled == MOK_PENDING,
         "secure_boot_problem": secure_boot_problem(state, key, enrolled),
     }
 
