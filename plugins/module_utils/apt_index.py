@@ -101,6 +101,22 @@ def unknown_packages(specs, policy):
     return unknown
 
 
+def missing_packages(specs, policy):
+    """The specs of ``specs`` that are not installed as asked: the name not installed at all, or with
+    ``name=version`` another version installed (a trailing ``*`` matches as apt does). An install of
+    the others would change nothing, as ``apt state=present`` leaves an installed package alone."""
+    missing = []
+    for spec in specs:
+        name, version = _split_spec(spec)
+        installed = (policy.get(name) or {}).get("installed")
+        as_asked = installed is not None and (
+            version is None or (installed.startswith(version[:-1]) if version.endswith("*") else installed == version)
+        )
+        if not as_asked:
+            missing.append(spec)
+    return missing
+
+
 def update_errors(stdout, stderr):
     """What apt-get update said went wrong: its E: lines, with the W: and Err: lines that name the
     cause (a NO_PUBKEY or BADSIG in a "W: GPG error", a 404 in an "Err:" line)."""
@@ -110,14 +126,20 @@ def update_errors(stdout, stderr):
     return errors, causes
 
 
-def refresh_reason(has_lists, age_seconds, valid_seconds, force=False, unknown=()):
+def refresh_reason(  # noqa: PLR0911, PLR0913, PLR0917 - one reason per case, in the order they weigh
+    has_lists, age_seconds, valid_seconds, force=False, unknown=(), nothing_to_install=False
+):
     """Why the index must be refreshed now, or None when it can be trusted.
 
     ``age_seconds`` is None when apt never recorded an update. An index without any Packages list
-    is never trusted, whatever its age says.
+    is never trusted, whatever its age says. With ``nothing_to_install`` (every package the install
+    names is already installed as asked) the install reads no list, so none is refreshed for it,
+    however old or empty: a re-run of a converged node does not update apt on every run.
     """
     if force:
         return "a package source changed"
+    if nothing_to_install:
+        return None
     if not has_lists:
         return "the package lists are empty"
     if age_seconds is None:

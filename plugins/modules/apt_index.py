@@ -16,6 +16,9 @@ description:
   - Refreshes apt's package lists (C(apt-get update)) when they hold no Packages index at all,
     when they are older than O(valid_time), when O(force) is set, or, once, when apt does not know
     one of O(packages).
+  - When every one of O(packages) is already installed as asked (RV(missing) is empty), the install
+    that follows would read no list and change nothing, so the lists are not refreshed for it (unless
+    O(force)); the role skips that install.
   - Ansible's M(ansible.builtin.apt) judges the lists by their age alone, so an image built minutes
     ago or a minimal installation (empty C(/var/lib/apt/lists), recent modification time) passes as
     fresh and every install then fails with C(No package matching). Every role of this collection
@@ -106,6 +109,15 @@ unknown:
   returned: always
   type: list
   elements: str
+missing:
+  description:
+    - The packages of O(packages) not installed as asked (not at all, or another version than a
+      C(name=version) asks for), as dpkg's status says before any install.
+    - Empty when the install that follows would change nothing; the roles skip it then.
+  returned: always
+  type: list
+  elements: str
+  sample: ["prometheus-node-exporter"]
 """
 
 import os
@@ -115,6 +127,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.instinct.finetune.plugins.module_utils.apt_index import (
     has_package_lists,
+    missing_packages,
     policy_versions,
     refresh_reason,
     unknown_packages,
@@ -139,15 +152,21 @@ def _lists_state(params):
     return has_package_lists(names), None
 
 
-def _unknown(module, specs):
+def _policy(module, specs):
+    """apt-cache policy of the specs' names; it reads dpkg's status too, so installed versions show
+    even when the lists are empty."""
     if not specs:
-        return []
+        return {}
     apt_cache = module.get_bin_path("apt-cache", required=True)
     names = sorted({spec.partition("=")[0] for spec in specs})
     rc, out, err = module.run_command([apt_cache, "policy", *names])
     if rc != 0:
         module.fail_json(msg=f"apt-cache policy {' '.join(names)} failed: {err.strip() or out.strip()}", rc=rc)
-    return unknown_packages(specs, policy_versions(out))
+    return policy_versions(out)
+
+
+def _unknown(module, specs):
+    return unknown_packages(specs, _policy(module, specs)) if specs else []
 
 
 def _update(module):
@@ -197,9 +216,12 @@ def main():
     )
     params = module.params
     has_lists, age = _lists_state(params)
-    # Asking apt about packages only makes sense once it has lists to look them up in.
-    unknown = _unknown(module, params["packages"]) if has_lists else list(params["packages"])
-    reason = refresh_reason(has_lists, age, params["valid_time"], params["force"], unknown)
+    policy = _policy(module, params["packages"])
+    missing = missing_packages(params["packages"], policy)
+    # Whether apt knows a package only means something once it has lists to look it up in.
+    unknown = unknown_packages(params["packages"], policy) if has_lists else list(params["packages"])
+    nothing_to_install = bool(params["packages"]) and not missing
+    reason = refresh_reason(has_lists, age, params["valid_time"], params["force"], unknown, nothing_to_install)
     if reason:
         _update(module)
         still_unknown = _unknown(module, params["packages"])
@@ -214,7 +236,13 @@ def main():
                 refreshed=True,
                 reason=reason,
             )
-    module.exit_json(changed=False, refreshed=bool(reason), reason=reason or "", unknown=unknown)
+    module.exit_json(
+        changed=False,
+        refreshed=bool(reason),
+        reason=reason or "",
+        unknown=[] if nothing_to_install else unknown,
+        missing=missing,
+    )
 
 
 if __name__ == "__main__":

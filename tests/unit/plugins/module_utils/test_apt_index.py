@@ -4,6 +4,7 @@ import pytest
 
 from ansible_collections.instinct.finetune.plugins.module_utils.apt_index import (
     has_package_lists,
+    missing_packages,
     policy_versions,
     refresh_reason,
     unknown_packages,
@@ -113,3 +114,19 @@ def test_lists_are_refreshed_when_old_forced_never_updated_or_missing_a_package(
     assert refresh_reason(True, None, 3600) == "the package lists were never updated"
     assert refresh_reason(True, 30, 3600, force=True) == "a package source changed"
     assert refresh_reason(True, 30, 3600, unknown=["ccache"]) == "apt does not know ccache"
+
+
+def test_missing_packages_reads_what_dpkg_has_installed():
+    policy = policy_versions(read("xenial-python-python3.txt"))
+    assert missing_packages(["python3", "python3=3.5.1-3", "python3=3.5.*"], policy) == []
+    assert missing_packages(["python", "python3=3.5.2-1", "nonexistent"], policy) == [
+        "python",
+        "python3=3.5.2-1",
+        "nonexistent",
+    ]
+
+
+def test_nothing_to_install_needs_no_refresh_unless_a_source_changed():
+    assert refresh_reason(False, None, 3600, nothing_to_install=True) is None
+    assert refresh_reason(True, 10**6, 3600, nothing_to_install=True) is None
+    assert refresh_reason(True, 10, 3600, force=True, nothing_to_install=True) == "a package source changed"

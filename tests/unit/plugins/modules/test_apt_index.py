@@ -49,10 +49,34 @@ def test_empty_new_lists_are_refreshed_before_anything_is_looked_up(apt):
     assert rc == 0, result
     assert result["changed"] is False
     assert (result["refreshed"], result["reason"]) == (True, "the package lists are empty")
+    # dpkg's status is asked first (the stand-in knows nothing before the update: nothing installed).
     assert apt["calls"]() == [
+        "apt-cache policy python python3",
         "apt-get update -q -o DPkg::Lock::Timeout=120",
         "apt-cache policy python python3",
     ]
+    assert result["missing"] == ["python", "python3"]
+
+
+def test_packages_installed_as_asked_need_no_refresh_however_old_or_empty_the_lists(apt):
+    # The recording: python3 3.5.1-3 installed, python not. A re-run of a converged node names
+    # only installed packages: its install would change nothing, so apt is not updated for it.
+    (apt["root"] / "known").write_text("")
+    os.utime(apt["lists"], (0, 0))
+    for packages in ("python3", "python3=3.5.1-3", "python3=3.5*"):
+        rc, result = run_module("apt_index", f"{apt['args']} packages={packages}")
+        assert rc == 0, result
+        assert (result["refreshed"], result["missing"], result["unknown"]) == (False, [], []), packages
+    assert not any(call.startswith("apt-get") for call in apt["calls"]())
+
+    # One not installed: the lists are judged as before (empty: refreshed).
+    _rc, result = run_module("apt_index", f"{apt['args']} packages=python3,python")
+    assert result["missing"] == ["python"]
+    assert (result["refreshed"], result["reason"]) == (True, "the package lists are empty")
+
+    # A changed source is refreshed whatever is installed.
+    _rc, result = run_module("apt_index", f"{apt['args']} packages=python3 force=true")
+    assert (result["refreshed"], result["missing"]) == (True, [])
 
 
 def test_recent_lists_that_know_the_packages_are_trusted(apt):
