@@ -72,6 +72,9 @@ class RunResult:
     failures: list = field(default_factory=list)
     debug: list = field(default_factory=list)
     tasks: list = field(default_factory=list)
+    # Every file_state answer: {host, task, current, compared, differs}. On a converged node each
+    # must be current, or the role rewrites (and pays for) files that did not change.
+    gates: list = field(default_factory=list)
     task_walls: list = field(default_factory=list)
     # CPU seconds of the run: "controller" is ansible-playbook with its forks and their connection
     # clients (docker exec here, ssh on a real cluster); "machine" is every core of this machine,
@@ -85,6 +88,10 @@ class RunResult:
     def changed_tasks(self):
         """(host, task) of every task result that reported a change."""
         return [(t["host"], t["task"]) for t in self.tasks if t["changed"]]
+
+    def stale_gates(self):
+        """The file_state answers that found a difference, as (host, task, differs)."""
+        return [(g["host"], g["task"], g["differs"]) for g in self.gates if not g["current"]]
 
     def ran(self, task):
         """The hosts on which a task of this name ran (ok or failed, not skipped)."""
@@ -135,6 +142,7 @@ class EventReader:
         self.stats = {}
         self.debug = []
         self.tasks = []
+        self.gates = []
         self.task_starts = []
 
     def __call__(self, event):
@@ -163,6 +171,10 @@ class EventReader:
             msg = (data.get("res") or {}).get("msg")
             if msg is not None:
                 self.debug.append({"host": data.get("host"), "task": data.get("task"), "msg": msg})
+        elif kind == "runner_on_ok" and str(data.get("task_action", "")).endswith("file_state"):
+            res = data.get("res") or {}
+            self.gates.append({"host": data.get("host"), "task": data.get("task"), "current": res.get("current"),
+                               "compared": res.get("compared"), "differs": res.get("differs")})  # fmt: skip
         elif kind == "playbook_on_stats":
             self.stats = {key: data.get(key) or {} for key in ("changed", "failures", "ok", "dark")}
         if self.on_event:
@@ -243,6 +255,7 @@ def run_playbook(playbook, extravars=None, cmdline="", quiet=False, envvars=None
         failures=reader.failures,
         debug=reader.debug,
         tasks=reader.tasks,
+        gates=reader.gates,
         task_walls=reader.task_walls(end),
         cpu=cpu,
     )

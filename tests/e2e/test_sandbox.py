@@ -236,6 +236,9 @@ def test_site_yml_in_check_mode_on_the_converged_cluster_changes_nothing(converg
     assert sorted(again.ok) == NODES
     assert {host: again.changed.get(host, 0) for host in NODES} == {host: 0 for host in NODES}, again.changed_tasks()
     assert any("skip (finished on every node)" in str(d["msg"]) for d in again.debug)
+    # Every group of files a role writes was found current in one round trip, so none of their copy
+    # and template tasks ran (the speed of a re-run, issue 20).
+    assert again.gates and again.stale_gates() == [], again.stale_gates()
     # The finished job's weights were checked and its evaluation found, as in a real run.
     assert again.ran("Check that the finetune stage finished the job") == NODES
 
@@ -248,7 +251,7 @@ def test_each_stage_playbook_alone_on_the_provisioned_cluster_changes_nothing(co
     """Each stage run alone, with no earlier play of the same run to hand it facts: rc 0 and no change.
     The facts a stage needs are read again on the nodes (the GPUs' archs for AMD's RCCL settings, the
     GPU count for the collector) or were written by the stage that owns them."""
-    failures, changes = {}, {}
+    failures, changes, stale = {}, {}, {}
     for playbook in STAGES:
         # The provisioning stages as a rolling upgrade does them: one node at a time.
         rolling = playbook in {"provision.yml", "stack.yml"}
@@ -263,6 +266,9 @@ def test_each_stage_playbook_alone_on_the_provisioned_cluster_changes_nothing(co
             failures[playbook] = alone.failures
         if alone.changed:
             changes[playbook] = alone.changed_tasks()
+        # Each group of files a stage writes is found current in one round trip (issue 20).
+        if alone.stale_gates():
+            stale[playbook] = alone.stale_gates()
         if rolling:
             # One play start per batch: every node had its turn, one after the other.
             assert len(alone.plays) == len(NODES), alone.plays
@@ -273,6 +279,7 @@ def test_each_stage_playbook_alone_on_the_provisioned_cluster_changes_nothing(co
             assert any("skip (finished on every node)" in str(d["msg"]) for d in alone.debug)
     assert failures == {}
     assert changes == {}
+    assert stale == {}
 
 
 def run_in_thread(playbook, extra, outcome):
@@ -358,6 +365,7 @@ def refuse_a_resume_on_one_node():
     refusal = " ".join(str(f["msg"]) for f in alone.failures)
     assert "were saved with world_size 2 (now 1)" in refusal and "new finetune_job_name" in refusal, refusal
     assert alone.changed == {}
+    assert alone.ran("Compare the job's files on the node with what this run writes") == []
     assert alone.ran("Write the LLaMA-Factory training settings") == []
 
 

@@ -69,3 +69,16 @@ def test_task_walls_run_from_a_tasks_start_to_the_next_start(sandbox, monkeypatc
     assert [(w["task"], w["seconds"]) for w in walls] == [("a", 3.5), ("b", 0.5), ("c", 0.5)]
     result = sandbox.RunResult(playbook="p", status="successful", rc=0, seconds=9.5, task_walls=walls)
     assert [w["task"] for w in result.costliest(2)] == ["a", "b"]
+
+
+def test_file_state_answers_are_kept_and_the_stale_ones_named(sandbox):
+    reader = sandbox.EventReader()
+    for host, current in (("node1", True), ("node2", False)):
+        res = {"current": current, "compared": 3, "differs": [] if current else [{"path": "/x", "reason": "missing"}]}
+        reader({"event": "runner_on_ok", "event_data": {"host": host, "task": "Compare", "res": res,
+                                                        "task_action": "instinct.finetune.file_state"}})  # fmt: skip
+    reader({"event": "runner_on_ok", "event_data": {"host": "node1", "task": "Other", "res": {"current": False},
+                                                    "task_action": "ansible.builtin.stat"}})  # fmt: skip
+    result = sandbox.RunResult(playbook="p", status="successful", rc=0, seconds=1.0, gates=reader.gates)
+    assert len(result.gates) == 2
+    assert result.stale_gates() == [("node2", "Compare", [{"path": "/x", "reason": "missing"}])]
