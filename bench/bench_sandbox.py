@@ -103,6 +103,16 @@ def print_cpu(results):
         controller, machine = cpu.get("controller", 0.0), cpu.get("machine", 0.0)
         print(f"  {count:>5}  {again['seconds']:>7.0f}  {controller:>10.0f}  {machine - controller:>12.0f}  "
               f"{controller / count:>15.1f}")  # fmt: skip
+    counts = sorted(results)
+    small, large = counts[0], counts[-1]
+    cpu_small = (results[small][1].get("cpu") or {}).get("machine", 0.0)
+    cpu_large = (results[large][1].get("cpu") or {}).get("machine", 0.0)
+    if cpu_small and large != small:
+        per_node = (cpu_large - cpu_small) / (large - small)
+        fixed = cpu_small - small * per_node
+        print(f"  CPU seconds grow by {per_node:.1f} per node over a fixed {fixed:.0f}: {large} nodes need "
+              f"{cpu_large / cpu_small:.2f}x the CPU of {small}. While these cores are saturated, that is also "
+              "the least the wall time can grow here; on a cluster each node brings its own cores.")  # fmt: skip
 
 
 def scale(sandbox, counts):
