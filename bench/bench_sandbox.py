@@ -22,6 +22,7 @@ import importlib.util
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +72,27 @@ def run_site(sandbox, name):
     return result.to_dict()
 
 
+ROUND_TRIPS = 30
+
+
+def round_trip_cpu(sandbox, count):
+    """This machine's CPU-seconds for one round trip (one module run on one node: the controller's
+    fork and Docker client, the engine's exec, the node's Python), from a play of ROUND_TRIPS pings on
+    every node less the same play without them."""
+    used = []
+    with tempfile.TemporaryDirectory(prefix="instinct-bench-") as folder:
+        for pings in (0, ROUND_TRIPS):
+            tasks = [{"name": f"Ping {n}", "ansible.builtin.ping": None} for n in range(pings)]
+            tasks.append({"name": "End", "ansible.builtin.meta": "noop"})
+            book = Path(folder) / f"ping-{pings}.yml"
+            book.write_text(json.dumps([{"hosts": "instinct_nodes", "gather_facts": False, "tasks": tasks}]))
+            result = sandbox.run_playbook(book, quiet=True)
+            if result.rc != 0:
+                raise SystemExit(f"the round-trip play failed on {count} nodes: {result.failures}")
+            used.append(result.cpu["machine"])
+    return (used[1] - used[0]) / (ROUND_TRIPS * count)
+
+
 def first_and_again(sandbox, count):
     """A first run of site.yml on ``count`` new nodes, then a run that should change nothing."""
     os.environ["SANDBOX_NODES"] = str(count)
@@ -78,6 +100,7 @@ def first_and_again(sandbox, count):
     sandbox.cluster_up()
     first = run_site(sandbox, f"site-{count}-first")
     again = run_site(sandbox, f"site-{count}-again")
+    again["round_trip_cpu"] = round_trip_cpu(sandbox, count)
     changed = sum(again["changed"].values())
     if changed:
         raise SystemExit(f"the second run on {count} nodes changed {changed} task results: {again['changed']}")
@@ -110,6 +133,10 @@ def print_cpu(results):
     if cpu_small and large != small:
         per_node = (cpu_large - cpu_small) / (large - small)
         fixed = cpu_small - small * per_node
+        trip = results[small][1].get("round_trip_cpu") or 0.0
+        if trip:
+            print(f"  one round trip (a module on one node) costs {1000 * trip:.0f} CPU-ms here: the no-change "
+                  f"run's {per_node:.1f} CPU-s per node are some {per_node / trip:.0f} round trips' worth")  # fmt: skip
         print(f"  CPU seconds grow by {per_node:.1f} per node over a fixed {fixed:.0f}: {large} nodes need "
               f"{cpu_large / cpu_small:.2f}x the CPU of {small}. While these cores are saturated, that is also "
               "the least the wall time can grow here; on a cluster each node brings its own cores.")  # fmt: skip
