@@ -18,9 +18,12 @@ description:
   - Where each term lands follows M(ansible.builtin.copy). A file lands at O(dest), or inside it when
     O(dest) ends with C(/). A folder given with a trailing C(/) has its content copied into O(dest);
     without one, the folder itself lands inside O(dest).
-  - A folder becomes its destination and every folder under it (compared as folders only, since
-    M(ansible.builtin.copy) sets the mode of the folders it creates and leaves existing ones alone),
-    and every file under it, with O(owner), O(group) and O(mode).
+  - A folder becomes its destination (compared as a folder only: copy creates it as a file's parent
+    and leaves it alone after), every folder under it (with O(owner), O(group) and
+    O(directory_mode), which M(ansible.builtin.copy) sets on them on every run) and every file under
+    it (with O(owner), O(group) and O(mode)).
+  - Symlinks in the folder are followed, as copy's default C(local_follow) does; a link that leads
+    back into the tree, or nowhere, is refused.
   - Reads on the controller only; binary files are fine.
 options:
   _terms:
@@ -40,6 +43,9 @@ options:
     type: str
   mode:
     description: The mode of the files on the node.
+    type: str
+  directory_mode:
+    description: The mode of the folders under a copied folder (copy's O(ansible.builtin.copy#module:directory_mode)).
     type: str
 seealso:
   - module: instinct.finetune.file_state
@@ -91,21 +97,28 @@ def landing(term, source, dest):
     return dest
 
 
-def tree_entries(source, dest, owner=None, group=None, mode=None):
+def tree_entries(source, dest, owner=None, group=None, mode=None, directory_mode=None):  # noqa: PLR0913
     """file_state entries for ``source`` (a file or folder on the controller) landing at ``dest``."""
     file_entry = {"state": "file", "owner": owner, "group": group, "mode": mode}
+    folder_entry = {"state": "directory", "owner": owner, "group": group, "mode": directory_mode}
     if os.path.isfile(source):
         return [dict(file_entry, path=dest, checksum=_sha1(source))]
     entries = [{"path": dest, "state": "directory"}]
-    for top, folders, files in os.walk(source):
+    for top, folders, files in os.walk(source, followlinks=True):
+        here = os.path.realpath(top)
         folders.sort()
+        for name in folders:
+            real = os.path.realpath(os.path.join(top, name))
+            if here == real or here.startswith(real + os.sep):
+                raise ValueError(f"{os.path.join(top, name)} links back into the folder that holds it")
         relative = os.path.relpath(top, source)
         target = dest if relative == "." else os.path.join(dest, relative)
-        entries.extend({"path": os.path.join(target, name), "state": "directory"} for name in folders)
-        entries.extend(
-            dict(file_entry, path=os.path.join(target, name), checksum=_sha1(os.path.join(top, name)))
-            for name in sorted(files)
-        )
+        entries.extend(dict(folder_entry, path=os.path.join(target, name)) for name in folders)
+        for name in sorted(files):
+            path = os.path.join(top, name)
+            if not os.path.exists(path):
+                raise ValueError(f"{path} is a link that leads nowhere")
+            entries.append(dict(file_entry, path=os.path.join(target, name), checksum=_sha1(path)))
     return entries
 
 
@@ -120,13 +133,9 @@ class LookupModule(LookupBase):
             found = term if os.path.isabs(term) else self.find_file_in_search_path(variables, "files", term)
             if not found or not os.path.exists(found):
                 raise AnsibleLookupError(f"checksums: {term} is not a file or folder on the controller")
-            entries.extend(
-                tree_entries(
-                    found,
-                    landing(term, found, dest),
-                    self.get_option("owner"),
-                    self.get_option("group"),
-                    self.get_option("mode"),
-                )
-            )
+            options = {key: self.get_option(key) for key in ("owner", "group", "mode", "directory_mode")}
+            try:
+                entries.extend(tree_entries(found, landing(term, found, dest), **options))
+            except (OSError, ValueError) as err:
+                raise AnsibleLookupError(f"checksums: {err}") from err
         return entries

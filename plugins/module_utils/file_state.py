@@ -115,10 +115,11 @@ def _name(lookup, ident):
         return str(ident)
 
 
-def observe(path, want_checksum):
-    """What is at ``path`` (not following a final symlink, as the file module would replace it)."""
+def observe(path, want_checksum, follow=False):
+    """What is at ``path``. A final symlink is followed with ``follow`` (as the file module follows
+    one to a folder) and reported as a link otherwise (as copy replaces one with the file)."""
     try:
-        info = os.lstat(path)
+        info = os.stat(path) if follow else os.lstat(path)
     except FileNotFoundError:
         return {"exists": False}
     if stat.S_ISDIR(info.st_mode):

@@ -24,6 +24,8 @@ description:
     C(lookup('ansible.builtin.template', 'x.j2') | hash('sha1')) for a template, or
     the instinct.finetune.checksums lookup for files and folders copied from the controller.
   - Only what an entry names is compared; paths on the node that are not listed are left alone.
+  - A folder entry follows a symlink (as M(ansible.builtin.file) with C(state=directory) does); a file
+    entry does not (M(ansible.builtin.copy) replaces a link with the file).
   - Never changes anything on the host.
 options:
   files:
@@ -132,7 +134,11 @@ def main():
         entries = expected_entries(module.params["files"])
     except ValueError as err:
         module.fail_json(msg=f"file_state: {err}")
-    observed = {entry["path"]: observe(entry["path"], entry["state"] == "file") for entry in entries}
+    # A folder may be a link to one (a scratch disk), as ansible.builtin.file with state=directory accepts.
+    observed = {
+        entry["path"]: observe(entry["path"], entry["state"] == "file", follow=entry["state"] == "directory")
+        for entry in entries
+    }
     found = differences(entries, observed)
     module.exit_json(changed=False, current=not found, differs=found, compared=len(entries))
 

@@ -282,6 +282,55 @@ def test_each_stage_playbook_alone_on_the_provisioned_cluster_changes_nothing(co
     assert stale == {}
 
 
+# One path of each group of files a role compares in one round trip (file_state), changed by hand on
+# one node the way drift happens: a mode, an edit, a file removed. Each is the group's last entry or
+# close to it, so that a gate that left part of its group out would be seen here.
+DRIFT = {
+    "/etc/systemd/system/instinct-gpu-collector.timer": "chmod 0600",  # monitoring, the collector's unit
+    "/opt/instinct/libexec/finetune-launcher/instinct_progress.py": "edit",  # finetune, the launcher
+    "/etc/ld.so.conf.d/rocm.conf": "remove",  # rocm, the loader path
+    "/etc/udev/rules.d/70-instinct-gpu.rules": "chmod 0600",  # rocm, the device access
+    "/etc/profile.d/instinct-rccl.sh": "edit",  # fabric, the env file's login export
+    "/opt/instinct/libexec/allreduce.py": "remove",  # fabric, the smoke test
+    f"{VENV}/pip.conf": "edit",  # instinct_python, pip's settings
+    "/var/log/instinct-finetune": "chmod 0700",  # wheel_build, the build logs' folder
+}
+
+
+def file_state(host, path):
+    """(mode, sha1) of a path on a node; (None, None) when it is missing."""
+    found = node(host, "sh", "-c", f"stat -c %a {path} && (sha1sum {path} 2>/dev/null || echo dir)", check=False)
+    if found.returncode != 0:
+        return None, None
+    mode, digest = found.stdout.split("\n", 1)
+    return mode, digest.split()[0]
+
+
+def test_files_changed_by_hand_are_found_by_their_gate_and_written_again(converged):
+    """A file a role writes, changed on one node, is found by that role's one-round-trip comparison
+    and written again by the role's own tasks; the other node, unchanged, skips them."""
+    drifted, other = NODES[-1], NODES[0]
+    expected = {path: file_state(other, path) for path in DRIFT}
+    assert all(mode for mode, _ in expected.values()), expected
+    for path, how in DRIFT.items():
+        if how == "remove":
+            node(drifted, "rm", path)
+        elif how == "edit":
+            node(drifted, "sh", "-c", f"echo '# changed by hand' >> {path}")
+        else:
+            node(drifted, *how.split(), path)
+    again = sandbox.run_playbook(
+        "site.yml", cmdline=sandbox.site_cmdline(), extravars={"finetune_collect_dir": str(sandbox.collect_dir())}
+    )
+    sandbox.write_report("site-drift", again)
+    assert again.rc == 0, again.failures
+    found = {d["path"] for host, _task, differs in again.stale_gates() if host == drifted for d in differs}
+    assert set(DRIFT) <= found, set(DRIFT) - found
+    assert [gate for gate in again.stale_gates() if gate[0] != drifted] == []
+    assert again.changed.get(other, 0) == 0, again.changed_tasks()
+    assert {path: file_state(drifted, path) for path in DRIFT} == expected
+
+
 def run_in_thread(playbook, extra, outcome):
     def run():
         outcome["result"] = sandbox.run_playbook(

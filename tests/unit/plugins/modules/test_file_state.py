@@ -38,9 +38,13 @@ PLAYBOOK = """
     - name: Create the folder
       ansible.builtin.file: {{path: "{{{{ dest }}}}/conf", state: directory, mode: "0750"}}
     - name: Copy a folder's content
-      ansible.builtin.copy: {{src: "{{{{ src }}}}/", dest: "{{{{ dest }}}}/model/", mode: "0644"}}
+      ansible.builtin.copy:
+        {{src: "{{{{ src }}}}/", dest: "{{{{ dest }}}}/model/", owner: "{user}", group: "{group}", mode: "0644",
+         directory_mode: "0750"}}
     - name: Write content
       ansible.builtin.copy: {{content: "{{{{ a_json }}}}", dest: "{{{{ dest }}}}/conf/a.json", mode: "0644"}}
+    - name: Copy a file found in the playbook's files folder
+      ansible.builtin.copy: {{src: note.txt, dest: "{{{{ dest }}}}/conf/note.txt", mode: "0644"}}
     - name: Copy two files into a folder
       ansible.builtin.copy: {{src: "{{{{ src }}}}/{{{{ item }}}}", dest: "{{{{ dest }}}}/conf/", mode: "0640"}}
       loop: [config.json, sub/weights.bin]
@@ -49,7 +53,9 @@ PLAYBOOK = """
     - name: Compare
       instinct.finetune.file_state:
         files: >-
-          {{{{ query('instinct.finetune.checksums', src ~ '/', dest=dest ~ '/model/', owner='{user}', mode='0644')
+          {{{{ query('instinct.finetune.checksums', src ~ '/', dest=dest ~ '/model/', owner='{user}', group='{group}',
+                   mode='0644', directory_mode='0750')
+             + query('instinct.finetune.checksums', 'note.txt', dest=dest ~ '/conf/note.txt', mode='0644')
              + query('instinct.finetune.checksums', src ~ '/config.json', src ~ '/sub/weights.bin',
                      dest=dest ~ '/conf/', mode='0640')
              + [dest ~ '/conf'] | instinct.finetune.file_entries(state='directory', mode='0750', group='{group}')
@@ -68,7 +74,14 @@ def installed(tmp_path):
     (src / "sub").mkdir(parents=True)
     (src / "config.json").write_text('{"hidden": 8}\n')
     (src / "sub" / "weights.bin").write_bytes(bytes(range(256)) * 64)
-    template = "[Service]\nEnvironment=GREETING={{ greeting }}\n{% if true %}\nx=1\n{% endif %}\n"
+    # A folder linked from elsewhere: copy follows it (local_follow), so must the lookup.
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "tokenizer.json").write_text("{}\n")
+    (src / "linked").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "note.txt").write_text("found next to the playbook\n")
+    template = "# {{ ansible_managed }}\n[Service]\nEnvironment=GREETING={{ greeting }}\n"
+    template += "{% if true %}\nx=1\n{% endif %}\n"
     (tmp_path / "src" / "unit.j2").write_text(template)
     dest = tmp_path / "dest"
     book = tmp_path / "play.yml"
@@ -91,25 +104,29 @@ def compare(entries, extra=()):
 def test_what_copy_template_and_file_wrote_is_current(installed):
     state = installed["state"]
     assert state["current"] is True, state["differs"]
-    # The model folder, its sub folder and two files; two files copied into conf; conf; a.json; unit.
-    assert state["compared"] == 9
+    # The model folder, its two sub folders (one linked) and three files; note.txt; two files copied
+    # into conf; conf; a.json; unit.
+    assert state["compared"] == 12
+    assert (installed["dest"] / "model" / "linked" / "tokenizer.json").is_file()
     assert state["differs"] == []
     assert state["changed"] is False
 
 
 def test_each_kind_of_drift_is_named(installed):
     dest, src = installed["dest"], installed["src"]
-    entries = tree_entries(str(src), str(dest / "model"), owner=USER, mode="0644")
+    entries = tree_entries(str(src), str(dest / "model"), owner=USER, group=GROUP, mode="0644", directory_mode="0750")
     entries += [{"path": str(dest / "conf"), "state": "directory", "mode": "0750"}]
     rc, result = compare(entries)
     assert (rc, result["current"]) == (0, True), result
 
     (dest / "model" / "sub" / "weights.bin").write_bytes(b"other weights")
     os.chmod(dest / "model" / "config.json", 0o664)
+    os.chmod(dest / "model" / "sub", 0o700)
     os.chmod(dest / "conf", 0o700)
     _rc, result = compare(entries)
     assert result["current"] is False
     assert result["differs"] == [
+        {"path": str(dest / "model" / "sub"), "reason": "mode 0700, not 0750"},
         {"path": str(dest / "model" / "config.json"), "reason": "mode 0664, not 0644"},
         {"path": str(dest / "model" / "sub" / "weights.bin"), "reason": "content differs"},
         {"path": str(dest / "conf"), "reason": "mode 0700, not 0750"},
@@ -154,6 +171,35 @@ def test_only_what_an_entry_names_is_compared(tmp_path):
     checksum = seen[str(path)]["checksum"]
     wrong_owner = expected_entries([{"path": str(path), "checksum": checksum, "owner": "nobody-here"}])
     assert differences(wrong_owner, seen) == [{"path": str(path), "reason": f"owner {USER}, not nobody-here"}]
+
+
+def test_a_folder_may_be_a_link_to_one_and_a_file_may_not(tmp_path):
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "hf-home").symlink_to(tmp_path / "scratch")
+    (tmp_path / "real.env").write_text("A=1\n")
+    (tmp_path / "linked.env").symlink_to(tmp_path / "real.env")
+    checksum = observe(str(tmp_path / "real.env"), True)["checksum"]
+    entries = expected_entries([
+        {"path": str(tmp_path / "hf-home"), "state": "directory"},
+        {"path": str(tmp_path / "linked.env"), "checksum": checksum},
+    ])  # fmt: skip
+    seen = {
+        str(tmp_path / "hf-home"): observe(str(tmp_path / "hf-home"), False, follow=True),
+        str(tmp_path / "linked.env"): observe(str(tmp_path / "linked.env"), True),
+    }
+    assert differences(entries, seen) == [{"path": str(tmp_path / "linked.env"), "reason": "a link, not a file"}]
+
+
+def test_the_lookup_refuses_a_link_back_into_the_tree_or_to_nothing(tmp_path):
+    model = tmp_path / "model"
+    (model / "sub").mkdir(parents=True)
+    (model / "sub" / "up").symlink_to(model)
+    with pytest.raises(ValueError, match="links back into the folder that holds it"):
+        tree_entries(str(model), "/opt/model")
+    (model / "sub" / "up").unlink()
+    (model / "gone.bin").symlink_to(tmp_path / "nothing")
+    with pytest.raises(ValueError, match="leads nowhere"):
+        tree_entries(str(model), "/opt/model")
 
 
 def test_the_lookup_lands_files_where_copy_puts_them(tmp_path):
