@@ -97,7 +97,7 @@ def landing(term, source, dest):
     return dest
 
 
-def tree_entries(source, dest, owner=None, group=None, mode=None, directory_mode=None):  # noqa: PLR0913
+def tree_entries(source, dest, *, owner=None, group=None, mode=None, directory_mode=None):  # noqa: PLR0913
     """file_state entries for ``source`` (a file or folder on the controller) landing at ``dest``."""
     file_entry = {"state": "file", "owner": owner, "group": group, "mode": mode}
     folder_entry = {"state": "directory", "owner": owner, "group": group, "mode": directory_mode}
