@@ -18,8 +18,8 @@ description:
   - Where each term lands follows M(ansible.builtin.copy). A file lands at O(dest), or inside it when
     O(dest) ends with C(/). A folder given with a trailing C(/) has its content copied into O(dest);
     without one, the folder itself lands inside O(dest).
-  - A folder becomes its destination (compared as a folder only: copy creates it as a file's parent
-    and leaves it alone after), every folder under it (with O(owner), O(group) and
+  - A folder becomes its destination (compared as a folder only, since copy creates it as a file's
+    parent and leaves it alone after), every folder under it (with O(owner), O(group) and
     O(directory_mode), which M(ansible.builtin.copy) sets on them on every run) and every file under
     it (with O(owner), O(group) and O(mode)).
   - Symlinks in the folder are followed, as copy's default C(local_follow) does; a link that leads
