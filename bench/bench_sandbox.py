@@ -137,7 +137,10 @@ def print_cpu(results):
         if trip:
             print(f"  one round trip (a module on one node) costs {1000 * trip:.0f} CPU-ms here: the no-change "
                   f"run's {per_node:.1f} CPU-s per node are some {per_node / trip:.0f} round trips' worth")  # fmt: skip
-        print(f"  CPU seconds grow by {per_node:.1f} per node over a fixed {fixed:.0f}: {large} nodes need "
+        # A negative fixed part means the per-node work itself grew with the node count (an all-reduce
+        # over more ranks, more targets to scrape), not that the run has a negative overhead.
+        base = f"over a fixed {fixed:.0f}" if fixed >= 0 else "(each node's share grows with the count)"
+        print(f"  CPU seconds grow by {per_node:.1f} per node {base}: {large} nodes need "
               f"{cpu_large / cpu_small:.2f}x the CPU of {small}. While these cores are saturated, that is also "
               "the least the wall time can grow here; on a cluster each node brings its own cores.")  # fmt: skip
 
