@@ -311,7 +311,7 @@ def test_files_changed_by_hand_are_found_by_their_gate_and_written_again(converg
     and written again by the role's own tasks; the other node, unchanged, skips them."""
     drifted, other = NODES[-1], NODES[0]
     expected = {path: file_state(other, path) for path in DRIFT}
-    assert all(mode for mode, _ in expected.values()), expected
+    assert all(mode for mode, _digest in expected.values()), expected
     for path, how in DRIFT.items():
         if how == "remove":
             node(drifted, "rm", path)
