@@ -68,21 +68,13 @@ _raw:
             "checksum": "0a4d55a8d778e5022fab701977c5d840bbc486d0", "owner": "root", "group": null, "mode": "0644"}]
 """
 
-import hashlib
 import os
 
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-BLOCK = 1024 * 1024
-
-
-def _sha1(path):
-    digest = hashlib.sha1()  # noqa: S324 - Ansible's own copy checksum; integrity, not security
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
+# The function the copy action itself compares a source file with (sha1 of its bytes).
+from ansible.utils.hashing import checksum as _sha1
 
 
 def landing(term, source, dest):
