@@ -1,0 +1,3 @@
+# Managed by Ansible (instinct.finetune); local changes are overwritten.
+export ROCM_PATH=/opt/rocm
+case ":$PATH:" in *":/opt/rocm/bin:"*) ;; *) export PATH="$PATH:/opt/rocm/bin" ;; esac
