@@ -16,5 +16,5 @@ class FilterModule:
             "scrape_target": _wrap(promconfig.scrape_target),
             "prometheus_config": _wrap(promconfig.prometheus_config),
             "scrape_health": _wrap(promconfig.scrape_health),
-            "gpu_textfile_state": _wrap(gpu_metrics.textfile_state),
+            "gpu_textfile_summary": _wrap(gpu_metrics.textfile_summary),
         }

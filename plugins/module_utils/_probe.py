@@ -2,12 +2,8 @@
 # Apache License 2.0 (see LICENSE)
 """What the GPU probe modules share: finding the tool, and errors that carry their runbook."""
 
-from __future__ import absolute_import, division, print_function
-
 import os
 import shutil
-
-__metaclass__ = type
 
 ROCM_BIN = "/opt/rocm/bin"
 

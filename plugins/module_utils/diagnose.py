@@ -317,7 +317,7 @@ def _jobs(raw, now, settings):
 
 
 def _monitoring(raw):
-    state = gpu_metrics.textfile_state(raw.get("textfile") or "")
+    state = gpu_metrics.textfile_summary(raw.get("textfile") or "")
     installed = raw.get("textfile") is not None or raw.get("collector_timer") == "active"
     return {
         "installed": installed,

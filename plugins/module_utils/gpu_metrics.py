@@ -2,8 +2,9 @@
 # Apache License 2.0 (see LICENSE)
 """GPU metrics for Prometheus's node exporter textfile collector (pure, standard library only).
 
-The monitoring role runs ``instinct-gpu-collector`` on every node on a timer; it reads the GPUs with
-the first tool that answers and writes ``instinct_gpu.prom`` with :func:`gpu_textfile`:
+The monitoring role runs ``instinct-gpu-collector`` (the node tools package) on every node on a
+timer; it reads the GPUs with the first tool that answers and writes ``instinct_gpu.prom`` from
+:func:`gpu_textfile_samples` with prometheus_client:
 
 1. ``amd-smi metric --json`` (ROCm 7), with ``amd-smi static --json`` for model, bus address and
    power cap;
@@ -16,18 +17,15 @@ When every reader fails, the last good sample is written again with
 ``instinct_gpu_collector_stale 1`` and the reasons are logged: a dashboard keeps its last values
 and an alert can tell "no data" from "old data".
 
-The same module merges the fine-tune ranks' progress files (``rank<N>.prom``) into one textfile, so
-node exporter serves GPUs and training together. It is shipped to the nodes beside the collector,
-so it imports nothing from Ansible at run time except its sibling parsers in :mod:`rocm_smi`.
+The node tools package holds this file (linked, one source) beside :mod:`rocm_smi` and
+:mod:`_probe`, so it imports nothing but its siblings.
 """
 
-from __future__ import absolute_import, division, print_function
-
 import json
-import math
 import re
 
-from ansible_collections.instinct.finetune.plugins.module_utils.rocm_smi import (
+# Relative, so that the node tools package, which holds this file beside rocm_smi.py, imports it too.
+from .rocm_smi import (
     SmiError,
     _amdsmi_entries,
     _section,
@@ -41,8 +39,6 @@ from ansible_collections.instinct.finetune.plugins.module_utils.rocm_smi import 
     parse_rocm_smi_json,
     parse_rocm_smi_text,
 )
-
-__metaclass__ = type
 
 AMDSMI_METRIC = ("metric", "--json")
 AMDSMI_STATIC = ("static", "--json")
@@ -303,43 +299,6 @@ def read_gpus(run, static_text=None):
 # the textfile
 
 
-def _escape(value):
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _value(value):
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    value = float(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
-
-
-def _line(name, labels, value):
-    if labels:
-        text = ",".join(f'{key}="{_escape(labels[key])}"' for key in labels)
-        return f"{name}{{{text}}} {_value(value)}"
-    return f"{name} {_value(value)}"
-
-
-def render(samples):
-    """``[(name, labels, value)]`` -> exposition text, families in :data:`METRICS` order."""
-    families = {}
-    for name, labels, value in samples:
-        if name not in METRICS:
-            raise KeyError(f"{name} is not a metric of the collector (add it to METRICS)")
-        if value is not None:
-            families.setdefault(name, []).append(_line(name, labels, value))
-    lines = []
-    for name, (kind, text) in METRICS.items():
-        if name in families:
-            lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"] + families[name]
-    return "\n".join(lines) + "\n"
-
-
 def gpu_samples(records):
     """The per-GPU samples of a list of metrics records."""
     samples = []
@@ -366,11 +325,12 @@ def gpu_samples(records):
     return samples
 
 
-def gpu_textfile(sample, expected=None, now=None, up=True):
-    """The whole ``instinct_gpu.prom``.
+def gpu_textfile_samples(sample, expected=None, up=True):
+    """The samples of the whole ``instinct_gpu.prom``, as ``[(name, labels, value)]``.
 
     ``sample`` is the last good sample, ``{"source", "records", "at"}`` (or None before the first
-    one); ``up`` says whether this run produced it (False: it is written again, marked stale).
+    one); ``up`` says whether this run produced it (False: it is written again, marked stale). The
+    node tools' collector hands them to prometheus_client, which writes the textfile.
     """
     samples = [("instinct_gpu_collector_up", {}, 1 if up else 0)]
     if expected is not None:
@@ -383,53 +343,13 @@ def gpu_textfile(sample, expected=None, now=None, up=True):
             ("instinct_gpu_count", {}, len(sample["records"])),
         ]
         samples += gpu_samples(sample["records"])
-    return render(samples)
+    return samples
 
 
 _SAMPLE_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+\S+(\s+-?\d+)?$")
 
 
-def merge_textfiles(texts):
-    """Merge exposition texts (the ranks' ``rank<N>.prom``) into one, one HELP/TYPE per family.
-
-    node exporter refuses a file that declares a family twice, and ranks of one job (or several
-    jobs) repeat the same families. Lines that are not samples or comments are dropped, so one
-    broken rank file cannot make node exporter drop the whole textfile.
-    """
-    order = []
-    meta = {}
-    lines = {}
-    for text in texts:
-        for raw in text.splitlines():
-            line = raw.strip()
-            if not line:
-                continue
-            if line.startswith("# HELP ") or line.startswith("# TYPE "):
-                parts = line.split(" ", 3)
-                if len(parts) == 4:
-                    meta.setdefault(parts[2], {}).setdefault(parts[1], line)
-                continue
-            if line.startswith("#"):
-                continue
-            match = _SAMPLE_LINE.match(line)
-            if not match:
-                continue
-            name = match.group(1)
-            if name not in lines:
-                order.append(name)
-                lines[name] = []
-            if line not in lines[name]:
-                lines[name].append(line)
-    out = []
-    for name in order:
-        for kind in ("HELP", "TYPE"):
-            if kind in meta.get(name, {}):
-                out.append(meta[name][kind])
-        out += lines[name]
-    return "\n".join(out) + "\n" if out else ""
-
-
-def textfile_state(text):
+def textfile_summary(text):
     """What a node's ``instinct_gpu.prom`` says about its collector, for the run's summary.
 
     Returns ``{up, stale, source, gpus, expected}`` (None where the file does not say).

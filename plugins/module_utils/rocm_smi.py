@@ -15,15 +15,12 @@ So bytes here are ``value * 1024 * 1024``: exact for sizes that are whole MiB, o
 1 MiB less than the device's byte count (the CLI floors). rocm-smi prints bytes directly.
 """
 
-from __future__ import absolute_import, division, print_function
-
 import json
 import re
 from itertools import combinations
 
-from ansible_collections.instinct.finetune.plugins.module_utils._probe import ProbeError
-
-__metaclass__ = type
+# Relative, so that the node tools package, which holds this file beside _probe.py, imports it too.
+from ._probe import ProbeError
 
 RUNBOOKS = {
     "driver_not_loaded": "docs/runbooks/driver-not-loaded.md",

@@ -112,3 +112,24 @@ def render_table(rows, headers=None):
         return " | ".join(cells[i].ljust(widths[i]) for i in range(len(widths))).rstrip()
 
     return [line(headers), "-+-".join("-" * width for width in widths), *[line(row) for row in table[1:]]]
+
+
+def _markdown_cell(cell):
+    """A cell as Markdown table text: one line, its pipes escaped."""
+    return " ".join(str(cell).split()).replace("\\", "\\\\").replace("|", "\\|") or "-"
+
+
+def render_markdown(rows, headers=None, title="Node summary"):
+    """Rows of cells as a Markdown document a person reads: a title, a table whose columns are
+    padded so that the text reads as a table too, and what a dash means."""
+    headers = [_markdown_cell(name) for name in (headers or [name for name, _read in COLUMNS])]
+    table = [headers, *[[_markdown_cell(cell) for cell in row] for row in rows]]
+    widths = [max(3, *(len(row[i]) for row in table)) for i in range(len(headers))]
+
+    def line(cells):
+        return "| " + " | ".join(cells[i].ljust(widths[i]) for i in range(len(widths))) + " |"
+
+    lines = [f"# {title}", "", line(headers), line(["-" * width for width in widths])]
+    lines += [line(row) for row in table[1:]]
+    lines += ["", "`-`: the stage did not run on that node, or found nothing to report.", ""]
+    return "\n".join(lines)
