@@ -1,0 +1,74 @@
+# Copyright: instinct.finetune contributors
+# Apache License 2.0 (see LICENSE)
+"""The controller side of instinct.finetune.summary_report: the table that ends a run, one row per
+node, printed line for line and written as Markdown.
+
+A ``debug`` task's message is rendered by the stdout callback, which folds a long string at 80
+columns in a YAML rendering (each node's row came out over three or four lines); lines printed
+through ``Display`` reach the terminal as they are, whatever the callback. The table itself is
+built by the pure functions of module_utils/summary.py.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import tempfile
+
+from ansible.module_utils.common.text.converters import to_bytes
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.instinct.finetune.plugins.module_utils.summary import node_rows, render_markdown, render_table
+
+display = Display()
+
+
+def write_if_changed(path, text):
+    """Write ``text`` to ``path`` (its folder made) unless it already holds it; atomically, so that a
+    reader sees the old or the new file. Returns whether the file was written."""
+    data = to_bytes(text)
+    try:
+        with open(path, "rb") as handle:
+            if handle.read() == data:
+                return False
+    except OSError:
+        pass
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=folder, prefix=".summary-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+    return True
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("hosts", "dest"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        _validated, args = self.validate_argument_spec(
+            argument_spec={
+                "hosts": {"type": "list", "elements": "str"},
+                "dest": {"type": "path", "default": ""},
+            }
+        )
+        hosts = args["hosts"] if args["hosts"] is not None else task_vars.get("ansible_play_hosts_all", [])
+        rows = node_rows(task_vars["hostvars"], hosts)
+        lines = render_table(rows)
+        display.display("\n".join(lines))
+        written = False
+        if args["dest"] and not self._task.check_mode:
+            written = write_if_changed(args["dest"], render_markdown(rows))
+        # A report of the run on the controller, not a change to any node: never changed.
+        result.update(changed=False, msg=lines, dest=args["dest"], written=written)
+        return result

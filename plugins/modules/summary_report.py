@@ -1,0 +1,77 @@
+#!/usr/bin/python
+# Copyright: instinct.finetune contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+# Documentation only, as for ansible.builtin.debug: the action plugin of the same name
+# (plugins/action/summary_report.py) does the work on the controller and checks the options.
+
+DOCUMENTATION = r"""
+---
+module: summary_report
+short_description: Print the per-node summary of a run, one row per node, and write it as Markdown
+version_added: 0.1.0
+author: instinct.finetune maintainers (@instinct-finetune)
+description:
+  - Runs on the controller (an action plugin), normally once (C(run_once)). Reads what each stage
+    left in the nodes' variables (OS, ROCm release, gfx archs, GPU counts, torch, DeepSpeed,
+    LLaMA-Factory, fabric NIC, GPU metrics, job, strategy, perplexities), C(-) where a stage did not
+    run, the same table as the filter P(instinct.finetune.node_summary#filter).
+  - Prints the table line for line, one row per node, through Ansible's display, so that no stdout
+    callback folds a row over several lines.
+  - Writes the table as a Markdown document to O(dest) on the controller (its folder made), unless
+    it already holds the same text.
+options:
+  hosts:
+    description: The nodes to list, in order; by default every host of the play (C(ansible_play_hosts_all)).
+    type: list
+    elements: str
+  dest:
+    description:
+      - The Markdown file to write on the controller (for example C(<collect folder>/summary.md)); empty for none.
+    type: path
+    default: ""
+attributes:
+  check_mode:
+    support: partial
+    description: Can run in check mode.
+    details:
+      - Prints the table in check mode but writes no file.
+  diff_mode:
+    support: none
+    description: Returns no diff.
+notes:
+  - Never C(changed) (a report of the run on the controller, not a change to a node); RV(written)
+    says whether the file was written.
+seealso:
+  - plugin: instinct.finetune.node_summary
+    plugin_type: filter
+"""
+
+EXAMPLES = r"""
+- name: Print one row per node and write summary.md in the collect folder
+  instinct.finetune.summary_report:
+    hosts: "{{ ansible_play_hosts_all }}"
+    dest: "{{ finetune_collect_dir }}/summary.md"
+  run_once: true
+"""
+
+RETURN = r"""
+msg:
+  description: The printed table, header and rule first, one line per node.
+  returned: always
+  type: list
+  elements: str
+dest:
+  description: The Markdown file, as given; empty for none.
+  returned: always
+  type: str
+  sample: /home/ops/instinct/artifacts/summary.md
+written:
+  description: Whether the Markdown file was written (false in check mode and when it already held the table).
+  returned: always
+  type: bool
+"""

@@ -1,0 +1,61 @@
+"""The summary_report action (issue 28): the table printed line for line through Ansible's display,
+and summary.md written on the controller, left alone when it holds the same table, and not written
+in check mode."""
+
+from unittest.mock import MagicMock
+
+import pytest
+
+from ansible_collections.instinct.finetune.plugins.action import summary_report
+from tests.unit.plugins.filter.test_summary import HOSTVARS
+
+
+@pytest.fixture
+def shown(monkeypatch):
+    lines = []
+    monkeypatch.setattr(summary_report.display, "display", lambda msg, **_kw: lines.append(msg))
+    return lines
+
+
+def run(args, check_mode=False, play_hosts=("mi300x-01", "mi300x-02", "cpu-01")):
+    task = MagicMock()
+    task.args = args
+    task.async_val = 0
+    task.check_mode = check_mode
+    connection = MagicMock()
+    connection._shell.tmpdir = None
+    action = summary_report.ActionModule(task, connection, MagicMock(), MagicMock(), MagicMock(), MagicMock())
+    return action.run(task_vars={"hostvars": HOSTVARS, "ansible_play_hosts_all": list(play_hosts)})
+
+
+def test_prints_one_line_per_node_and_writes_the_markdown(tmp_path, shown):
+    dest = tmp_path / "artifacts" / "sandbox" / "summary.md"
+    result = run({"dest": str(dest)})
+    assert result["changed"] is False and result["written"] is True
+    # One display call, a line per row: the callback renders none of it.
+    assert len(shown) == 1
+    printed = shown[0].splitlines()
+    assert printed == result["msg"]
+    assert [line.split(" ")[0] for line in printed[2:]] == ["mi300x-01", "mi300x-02", "cpu-01"]
+    text = dest.read_text()
+    assert text.startswith("# Node summary\n") and "| mi300x-01 " in text
+    assert oct(dest.stat().st_mode & 0o777) == "0o644"
+
+
+def test_the_same_table_leaves_the_file_alone(tmp_path, shown):
+    dest = tmp_path / "summary.md"
+    assert run({"dest": str(dest)})["written"] is True
+    before = dest.stat().st_mtime_ns
+    assert run({"dest": str(dest)})["written"] is False
+    assert dest.stat().st_mtime_ns == before
+    assert run({"dest": str(dest)}, play_hosts=["cpu-01"])["written"] is True
+    assert "mi300x-01" not in dest.read_text()
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.md"]
+
+
+def test_check_mode_prints_but_writes_nothing_and_no_dest_writes_nothing(tmp_path, shown):
+    dest = tmp_path / "summary.md"
+    result = run({"dest": str(dest)}, check_mode=True)
+    assert result["written"] is False and not dest.exists()
+    assert run({"hosts": ["mi300x-02"]})["msg"][2].startswith("mi300x-02")
+    assert len(shown) == 2
