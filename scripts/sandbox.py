@@ -131,6 +131,10 @@ TASK_EVENTS = {
 }
 
 
+# The tasks whose msg a test reads (RunResult.debug).
+DEBUG_ACTIONS = ("ansible.builtin.debug", "debug", "instinct.finetune.summary_report")
+
+
 class EventReader:
     """Collects what a run's events say: play boundaries, failures, stats and debug messages."""
 
@@ -167,7 +171,8 @@ class EventReader:
         elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
             res = data.get("res") or {}
             self.failures.append({"host": data.get("host"), "task": data.get("task"), "msg": res.get("msg")})
-        elif kind == "runner_on_ok" and data.get("task_action") in ("ansible.builtin.debug", "debug"):
+        # summary_report prints its table through Ansible's display and returns the lines as msg.
+        elif kind == "runner_on_ok" and data.get("task_action") in DEBUG_ACTIONS:
             msg = (data.get("res") or {}).get("msg")
             if msg is not None:
                 self.debug.append({"host": data.get("host"), "task": data.get("task"), "msg": msg})
