@@ -7,7 +7,7 @@ import yaml
 
 from tests.unit.conftest import FIXTURES, ROOT
 
-IDS = yaml.safe_load((ROOT / "roles" / "preflight" / "vars" / "main.yml").read_text())["preflight_instinct_pci_ids"]
+IDS = yaml.safe_load((ROOT / "roles" / "common" / "vars" / "main.yml").read_text())["instinct_pci_ids"]
 RECORDED = (FIXTURES / "lspci" / "pci.ids_1002-aqua-vanjaram-instinct.txt").read_text()
 
 

@@ -36,8 +36,8 @@ def run_step(tmp_path, threshold):
         "ansible_become": False,  # the step runs as instinct_user; here as the test's own user
         "ansible_python_interpreter": sys.executable,
         "fabric_rccl_tests_path": str(tool),
-        "fabric_env_file": str(env_file),
-        "fabric_master": "localhost",
+        "instinct_rccl_env_file": str(env_file),
+        "instinct_master_host": "localhost",
         "fabric_address": "127.0.0.1",
         "fabric_torch_gpu_count": 8,
         "fabric_env_settings": [{"name": "NCCL_SOCKET_IFNAME", "value": "eth1", "why": ""}],

@@ -12,7 +12,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils.platform import 
 )
 from tests.unit.conftest import ROOT
 
-PLATFORMS = yaml.safe_load((ROOT / "roles/preflight/vars/main.yml").read_text())["preflight_supported_platforms"]
+PLATFORMS = yaml.safe_load((ROOT / "roles/common/vars/main.yml").read_text())["instinct_supported_platforms"]
 
 
 @pytest.mark.parametrize(
