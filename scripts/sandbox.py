@@ -71,10 +71,9 @@ class RunResult:
     plays: list = field(default_factory=list)
     failures: list = field(default_factory=list)
     debug: list = field(default_factory=list)
+    # Every task result: host, task, role, status, seconds, changed, handler, the files it names
+    # (files) and, for each part of it that changed, the files that part names (changed_files).
     tasks: list = field(default_factory=list)
-    # Every file_state answer: {host, task, current, compared, differs}. On a converged node each
-    # must be current, or the role rewrites (and pays for) files that did not change.
-    gates: list = field(default_factory=list)
     task_walls: list = field(default_factory=list)
     # CPU seconds of the run: "controller" is ansible-playbook with its forks and their connection
     # clients (docker exec here, ssh on a real cluster); "machine" is every core of this machine,
@@ -89,9 +88,16 @@ class RunResult:
         """(host, task) of every task result that reported a change."""
         return [(t["host"], t["task"]) for t in self.tasks if t["changed"]]
 
-    def stale_gates(self):
-        """The file_state answers that found a difference, as (host, task, differs)."""
-        return [(g["host"], g["task"], g["differs"]) for g in self.gates if not g["current"]]
+    def changes(self):
+        """Every change the results show, one per changed result or loop item, as (host, task,
+        handler, files): files are the paths it names (none for a command). A result whose own diff
+        shows a difference is a change even where changed_when said otherwise."""
+        return [(t["host"], t["task"], t["handler"], files) for t in self.tasks for files in t["changed_files"]]
+
+    def files(self, host):
+        """The paths named by the results that ran on ``host``: the files its copy, template and file
+        tasks compared with what they write (and wrote, where they differed)."""
+        return {path for t in self.tasks if t["host"] == host and t["status"] != "skipped" for path in t["files"]}
 
     def ran(self, task):
         """The hosts on which a task of this name ran (ok or failed, not skipped)."""
@@ -119,6 +125,8 @@ class RunResult:
             "cpu": self.cpu,
             # What a run that should change nothing changed, by host and task.
             "changed_tasks": [list(pair) for pair in self.changed_tasks()],
+            # And the files each change named (a handler's names none).
+            "changes": [[host, task, handler, list(files)] for host, task, handler, files in self.changes()],
         }
 
 
@@ -129,6 +137,47 @@ TASK_EVENTS = {
     "runner_on_skipped": "skipped",
     "runner_on_unreachable": "unreachable",
 }
+
+
+def _diffs(res):
+    diff = res.get("diff")
+    return [entry for entry in (diff if isinstance(diff, list) else [diff]) if isinstance(entry, dict)]
+
+
+def _diff_shows_a_change(entry):
+    """Whether one diff entry shows a difference: copy's and template's content (before and after
+    text), file's attributes (before and after mappings). An unchanged result has none, or equal sides."""
+    return entry.get("before") != entry.get("after")
+
+
+def _named_paths(unit):
+    """The absolute paths one result (or loop item) names: its dest or path, and its diff's header
+    and attributes' paths. (A folder copied whole names the folder only.)"""
+    found = [unit.get("dest"), unit.get("path")]
+    for entry in _diffs(unit):
+        # copy and template: the destination; lineinfile and the like: "PATH (content)".
+        header = entry.get("before_header")
+        found.append(header.split(" (", 1)[0] if isinstance(header, str) else None)
+        found += [side.get("path") for side in (entry.get("before"), entry.get("after")) if isinstance(side, dict)]
+    return sorted({path.rstrip("/") or "/" for path in found if isinstance(path, str) and path.startswith("/")})
+
+
+def result_files(res):
+    """(files, changed_files) of a task result: every path it names, and for each part of it that
+    changed (the result, or each loop item of a loop), the paths that part names. A part changed
+    where it says so or where its diff shows a difference."""
+    items = res.get("results")
+    looped = isinstance(items, list) and items and all(isinstance(i, dict) and "ansible_loop_var" in i for i in items)
+    units = items if looped else [res]
+    changed = [
+        tuple(_named_paths(unit))
+        for unit in units
+        if unit.get("changed") or any(_diff_shows_a_change(entry) for entry in _diffs(unit))
+    ]
+    if res.get("changed") and not changed:  # a loop whose items do not say which one changed
+        changed = [tuple(_named_paths(res))]
+    files = sorted({path for unit in [res, *units] for path in _named_paths(unit)})
+    return files, changed
 
 
 # The tasks whose msg a test reads (RunResult.debug).
@@ -146,26 +195,34 @@ class EventReader:
         self.stats = {}
         self.debug = []
         self.tasks = []
-        self.gates = []
         self.task_starts = []
+        # Ansible-runner reports a handler's start as a task start with is_conditional set.
+        self.handlers = set()
 
     def __call__(self, event):
         kind = event.get("event")
         data = event.get("event_data") or {}
         if kind in TASK_EVENTS:
+            res = data.get("res") or {}
+            files, changed_files = result_files(res)
             self.tasks.append({
                 "host": data.get("host"),
                 "task": data.get("task"),
                 "role": data.get("role"),
                 "status": TASK_EVENTS[kind],
                 "seconds": float(data.get("duration") or 0),
-                "changed": bool((data.get("res") or {}).get("changed")),
+                "changed": bool(res.get("changed")),
+                "handler": bool(data.get("task_uuid")) and data["task_uuid"] in self.handlers,
+                "files": files,
+                "changed_files": changed_files,
             })  # fmt: skip
         if kind == "playbook_on_play_start":
             now = time.monotonic()
             self.play_starts.append((data.get("play", ""), now))
             self.task_starts.append((None, None, data.get("play", ""), now))
         elif kind in ("playbook_on_task_start", "playbook_on_handler_task_start"):
+            if (kind == "playbook_on_handler_task_start" or data.get("is_conditional")) and data.get("task_uuid"):
+                self.handlers.add(data["task_uuid"])
             now = time.monotonic()
             self.task_starts.append((data.get("task", ""), data.get("role", ""), data.get("play", ""), now))
         elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
@@ -176,10 +233,6 @@ class EventReader:
             msg = (data.get("res") or {}).get("msg")
             if msg is not None:
                 self.debug.append({"host": data.get("host"), "task": data.get("task"), "msg": msg})
-        elif kind == "runner_on_ok" and str(data.get("task_action", "")).endswith("file_state"):
-            res = data.get("res") or {}
-            self.gates.append({"host": data.get("host"), "task": data.get("task"), "current": res.get("current"),
-                               "compared": res.get("compared"), "differs": res.get("differs")})  # fmt: skip
         elif kind == "playbook_on_stats":
             self.stats = {key: data.get(key) or {} for key in ("changed", "failures", "ok", "dark")}
         if self.on_event:
@@ -260,7 +313,6 @@ def run_playbook(playbook, extravars=None, cmdline="", quiet=False, envvars=None
         failures=reader.failures,
         debug=reader.debug,
         tasks=reader.tasks,
-        gates=reader.gates,
         task_walls=reader.task_walls(end),
         cpu=cpu,
     )

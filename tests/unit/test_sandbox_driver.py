@@ -1,6 +1,7 @@
 """scripts/sandbox.py, the driver of the sandbox cluster: the arguments after ``--`` reach
 ansible-playbook as the list they are (ansible-runner splits its command line with shlex), and a
-run's events give every task's wall time, from which bench/bench_sandbox.py names the costliest."""
+run's events give every task's wall time, from which bench/bench_sandbox.py names the costliest, and
+the files each changed result (or loop item) names, read from its own changed and diff."""
 
 import importlib.util
 
@@ -71,14 +72,68 @@ def test_task_walls_run_from_a_tasks_start_to_the_next_start(sandbox, monkeypatc
     assert [w["task"] for w in result.costliest(2)] == ["a", "b"]
 
 
-def test_file_state_answers_are_kept_and_the_stale_ones_named(sandbox):
+def ok(reader, host, task, res, uuid="t"):
+    reader({"event": "runner_on_ok", "event_data": {"host": host, "task": task, "task_uuid": uuid, "res": res}})
+
+
+def item(item, **res):
+    return {"ansible_loop_var": "item", "item": item, **res}
+
+
+def test_each_change_names_the_files_its_task_wrote_there_and_a_diff_shows_a_hidden_one(sandbox):
+    """Read from the results' own changed and diff: a loop's changed item only, a file's mode, a
+    copy's content, a result named by its diff's header alone, a command (no file), a handler, and a
+    write hidden by changed_when that its diff still shows."""
     reader = sandbox.EventReader()
-    for host, current in (("node1", True), ("node2", False)):
-        res = {"current": current, "compared": 3, "differs": [] if current else [{"path": "/x", "reason": "missing"}]}
-        reader({"event": "runner_on_ok", "event_data": {"host": host, "task": "Compare", "res": res,
-                                                        "task_action": "instinct.finetune.file_state"}})  # fmt: skip
-    reader({"event": "runner_on_ok", "event_data": {"host": "node1", "task": "Other", "res": {"current": False},
-                                                    "task_action": "ansible.builtin.stat"}})  # fmt: skip
-    result = sandbox.RunResult(playbook="p", status="successful", rc=0, seconds=1.0, gates=reader.gates)
-    assert len(result.gates) == 2
-    assert result.stale_gates() == [("node2", "Compare", [{"path": "/x", "reason": "missing"}])]
+    unit = "/etc/systemd/system/collector"
+    same = {"before": {"path": f"{unit}.service"}, "after": {"path": f"{unit}.service"}}
+    mode = {"before": {"path": f"{unit}.timer", "mode": "0600"}, "after": {"path": f"{unit}.timer", "mode": "0644"}}
+    units = [
+        item("service", changed=False, dest=f"{unit}.service", path=f"{unit}.service", diff=same),
+        item("timer", changed=True, dest=f"{unit}.timer", path=f"{unit}.timer", diff=mode),
+    ]
+    ok(reader, "node2", "Units", {"changed": True, "results": units})
+    ok(
+        reader,
+        "node2",
+        "Folders",
+        {"changed": False, "results": [item("/var/log/x/", changed=False, path="/var/log/x/")]},
+    )
+    edit = {"before_header": "/etc/a.conf", "before": "a\n# by hand\n", "after_header": "/src/a.j2", "after": "a\n"}
+    ok(reader, "node2", "Content", {"changed": True, "dest": "/etc/a.conf", "diff": [edit]})
+    header = {"before_header": "/opt/lib/b.py", "before": "x", "after_header": "/src/b.py", "after": "y"}
+    ok(reader, "node2", "Header", {"changed": True, "diff": [header]})
+    ok(reader, "node2", "Command", {"changed": True, "rc": 0})
+    hidden = {"before_header": "/etc/c (content)", "before": "1", "after_header": "/etc/c (content)", "after": "2"}
+    ok(reader, "node1", "Hidden", {"changed": False, "diff": hidden})
+    reader({"event": "runner_on_skipped", "event_data": {"host": "node1", "task": "Skipped", "task_uuid": "t"}})
+    handler = {"task": "Reload", "task_uuid": "h", "is_conditional": True}
+    reader({"event": "playbook_on_task_start", "event_data": handler})
+    ok(reader, "node2", "Reload", {"changed": True, "cmd": ["systemctl", "daemon-reload"]}, uuid="h")
+    result = sandbox.RunResult(playbook="p", status="successful", rc=0, seconds=1.0, tasks=reader.tasks)
+    assert result.changes() == [
+        ("node2", "Units", False, (f"{unit}.timer",)),
+        ("node2", "Content", False, ("/etc/a.conf",)),
+        ("node2", "Header", False, ("/opt/lib/b.py",)),
+        ("node2", "Command", False, ()),
+        ("node1", "Hidden", False, ("/etc/c",)),
+        ("node2", "Reload", True, ()),
+    ]
+    named = {f"{unit}.service", f"{unit}.timer", "/var/log/x", "/etc/a.conf", "/opt/lib/b.py"}
+    assert result.files("node2") == named
+    assert result.changed_tasks() == [("node2", t) for t in ("Units", "Content", "Header", "Command", "Reload")]
+    assert result.to_dict()["changes"][0] == ["node2", "Units", False, [f"{unit}.timer"]]
+
+
+def test_a_converged_result_shows_no_change(sandbox):
+    """Unchanged copy, template and file results (their diffs, where present, have equal sides), a
+    result ansible-runner emptied for its size, and a loop of unchanged items: no change."""
+    reader = sandbox.EventReader()
+    same = {"before": {"path": "/etc/d", "state": "directory"}, "after": {"path": "/etc/d", "state": "directory"}}
+    ok(reader, "node1", "Dir", {"changed": False, "path": "/etc/d", "diff": same})
+    ok(reader, "node1", "Copy", {"changed": False, "dest": "/etc/d/f", "path": "/etc/d/f", "checksum": "0"})
+    ok(reader, "node1", "Big", {})
+    ok(reader, "node1", "Loop", {"changed": False, "results": [item("a", changed=False, dest="/etc/d/a")]})
+    result = sandbox.RunResult(playbook="p", status="successful", rc=0, seconds=1.0, tasks=reader.tasks)
+    assert result.changes() == []
+    assert result.files("node1") == {"/etc/d", "/etc/d/f", "/etc/d/a"}
