@@ -75,9 +75,9 @@ def test_the_common_role_holds_only_defaults_and_data():
     """No tasks or handlers: listing it as a dependency costs a role nothing but the names (and the
     validation of its argument_specs, which runs on the controller)."""
     assert sorted(p.name for p in COMMON.iterdir()) == ["defaults", "meta", "vars"]
-    assert {"instinct_user", "instinct_group", "instinct_user_home", "instinct_venv", "instinct_libexec_dir",
-            "instinct_tools_dir", "instinct_rccl_env_file", "instinct_master_host", "instinct_master_port",
-            "instinct_supported_platforms", "instinct_pci_ids"} <= SHARED  # fmt: skip
+    assert {"instinct_user", "instinct_group", "instinct_user_home", "instinct_venv", "instinct_tools_dir",
+            "instinct_rccl_env_file", "instinct_master_host", "instinct_master_port", "instinct_supported_platforms",
+            "instinct_pci_ids"} <= SHARED  # fmt: skip
 
 
 @pytest.mark.parametrize("role", [r for r in ROLES if r != "common"])
@@ -102,8 +102,9 @@ def test_a_role_that_reads_a_shared_name_lists_common_as_a_dependency(role):
 
 
 def test_no_copy_of_a_shared_value_or_a_retired_name_is_left():
-    """The values behind the shared names are written once: no role rebuilds the libexec folder from
-    the venv, spells out the RCCL environment file, or keeps a name retired for the common role's."""
+    """The values behind the shared names are written once: no role rebuilds a libexec folder from
+    the venv (the node tools replaced it), spells out the RCCL environment file, or keeps a name retired
+    for the common role's."""
     for folder in ("roles", "playbooks", "plugins", "inventories", "molecule", "tests/e2e", "bench"):
         for path in sorted((ROOT / folder).rglob("*")):
             if not path.is_file() or path.suffix not in {".yml", ".yaml", ".j2", ".py", ".md", ".cfg", ""}:
@@ -136,7 +137,7 @@ def _run_alone(tmp_path, extravars):
     (role / "meta" / "main.yml").write_text("---\ndependencies:\n  - role: instinct.finetune.common\n")
     (role / "tasks" / "main.yml").write_text(
         "---\n- name: Show the shared names\n  ansible.builtin.debug:\n    msg: >-\n"
-        "      {{ [instinct_user, instinct_venv, instinct_libexec_dir, instinct_rccl_env_file, instinct_master_host,\n"
+        "      {{ [instinct_user, instinct_venv, instinct_tools_dir, instinct_rccl_env_file, instinct_master_host,\n"
         "          instinct_master_port, instinct_pci_ids | length] | join(',') }}\n"
     )
     (tmp_path / "play.yml").write_text(PLAYBOOK)
@@ -156,7 +157,7 @@ def test_a_role_run_alone_has_the_shared_names_and_common_validates_them(tmp_pat
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     out = " ".join(proc.stdout.split())
     assert "Validating arguments against arg spec 'main'" in out
-    assert '"msg": "instinct,/srv/venv,/srv/libexec,/etc/instinct-finetune/rccl.env,localhost,29500,' in out
+    assert '"msg": "instinct,/srv/venv,/opt/instinct/tools,/etc/instinct-finetune/rccl.env,localhost,29500,' in out
 
     proc = _run_alone(tmp_path, {"instinct_master_port": "not-a-port"})
     assert proc.returncode != 0
