@@ -8,15 +8,17 @@ are judged from its events and from the nodes themselves.
 Needs Docker and the jammy-systemd image (scripts/test.sh e2e provides both); takes ~15 minutes.
 """
 
+import configparser
 import json
 import math
 import os
 import re
+import shutil
 import threading
 import time
 
 import pytest
-from cluster import JOB, JOB_ROOT, NODES, VENV, node, node_python, sandbox, summary_lines
+from cluster import JOB, JOB_ROOT, NODES, ROOT, VENV, node, node_python, sandbox, summary_lines
 
 FAULT_JOB = "sandbox-fault"
 FULL_JOB = "sandbox-zero3-full"
@@ -220,6 +222,40 @@ def test_site_yml_in_check_mode_passes_on_nodes_before_their_first_run(site):
         assert check.ran("Start every rank at once (torchrun waits at the master for the others)") == []
 
 
+# Files the roles write with plain template, copy and file tasks, one or two per role, changed by
+# hand on the last node before the stages run alone (below), the way drift happens: a mode, an edit,
+# a file removed. Every node has them on a converged cluster.
+DRIFT = {
+    "/etc/systemd/system/instinct-gpu-collector.timer": "chmod 0600",  # monitoring, the collector's unit
+    f"/etc/instinct-finetune/jobs/{JOB}/launch.env": "edit",  # finetune, the rank's launch environment
+    "/etc/ld.so.conf.d/rocm.conf": "remove",  # rocm, the loader path
+    "/etc/udev/rules.d/70-instinct-gpu.rules": "chmod 0600",  # rocm, the device access
+    "/etc/instinct-finetune/rccl.env": "remove",  # fabric, the env file every launch reads
+    "/etc/profile.d/instinct-rccl.sh": "edit",  # fabric, the env file's login export
+    f"{VENV}/pip.conf": "edit",  # instinct_python, pip's settings
+    "/var/log/instinct-finetune": "chmod 0700",  # wheel_build, the build logs' folder
+}
+
+
+def file_state(host, path):
+    """(mode, sha1) of a path on a node; (None, None) when it is missing."""
+    found = node(host, "sh", "-c", f"stat -c %a {path} && (sha1sum {path} 2>/dev/null || echo dir)", check=False)
+    if found.returncode != 0:
+        return None, None
+    mode, digest = found.stdout.split("\n", 1)
+    return mode, digest.split()[0]
+
+
+def change_by_hand(host):
+    for path, how in DRIFT.items():
+        if how == "remove":
+            node(host, "rm", path)
+        elif how == "edit":
+            node(host, "sh", "-c", f"echo '# changed by hand' >> {path}")
+        else:
+            node(host, *how.split(), path)
+
+
 def test_site_yml_in_check_mode_on_the_converged_cluster_changes_nothing(converged):
     """Every stage predicts no change on real state: preflight and its trust store, the ROCm
     packages, the venv, torch, DeepSpeed's wheel and LLaMA-Factory, the fabric's env file, monitoring,
@@ -236,9 +272,12 @@ def test_site_yml_in_check_mode_on_the_converged_cluster_changes_nothing(converg
     assert sorted(again.ok) == NODES
     assert {host: again.changed.get(host, 0) for host in NODES} == {host: 0 for host in NODES}, again.changed_tasks()
     assert any("skip (finished on every node)" in str(d["msg"]) for d in again.debug)
-    # Every group of files a role writes was found current in one round trip, so none of their copy
-    # and template tasks ran (the speed of a re-run, issue 20).
-    assert again.gates and again.stale_gates() == [], again.stale_gates()
+    # Nothing would be rewritten: no result shows a change in its own changed or diff (a write that
+    # changed_when hides included), and the copy, template and file tasks that write DRIFT's files
+    # compared them on every node (each task is its own comparison; nothing skips them).
+    assert again.changes() == [], again.changes()
+    unseen = {host: sorted(set(DRIFT) - again.files(host)) for host in NODES}
+    assert unseen == {host: [] for host in NODES}, unseen
     # The finished job's weights were checked and its evaluation found, as in a real run.
     assert again.ran("Check that the finetune stage finished the job") == NODES
 
@@ -247,28 +286,45 @@ def test_site_yml_in_check_mode_on_the_converged_cluster_changes_nothing(converg
 STAGES = ("preflight.yml", "provision.yml", "stack.yml", "fabric.yml", "monitoring.yml", "finetune.yml", "evaluate.yml")
 
 
-def test_each_stage_playbook_alone_on_the_provisioned_cluster_changes_nothing(converged):
-    """Each stage run alone, with no earlier play of the same run to hand it facts: rc 0 and no change.
-    The facts a stage needs are read again on the nodes (the GPUs' archs for AMD's RCCL settings, the
-    GPU count for the collector) or were written by the stage that owns them."""
-    failures, changes, stale = {}, {}, {}
+def test_each_stage_alone_changes_nothing_but_the_files_changed_by_hand(converged):
+    """Each stage run alone, with no earlier play of the same run to hand it facts: rc 0. The facts a
+    stage needs are read again on the nodes (the GPUs' archs for AMD's RCCL settings, the GPU count
+    for the collector) or were written by the stage that owns them.
+
+    These runs are the suite's no-change runs of the stages, and its drift test: before the first,
+    DRIFT's files are changed by hand on the last node. Read from each result's own changed and diff
+    (--diff): on that node the stages change those files and nothing else, each in the task that
+    writes it (and the handlers that task notifies), and write them back as they were; on every other
+    node nothing changes, and every copy, template and file task compared its files there."""
+    drifted = NODES[-1]
+    before = {path: file_state(drifted, path) for path in DRIFT}
+    assert all(mode for mode, _digest in before.values()), before
+    change_by_hand(drifted)
+    failures, unexpected, counted, found = {}, {}, {}, set()
+    unseen = {host: set(DRIFT) for host in NODES}
     for playbook in STAGES:
         # The provisioning stages as a rolling upgrade does them: one node at a time.
         rolling = playbook in {"provision.yml", "stack.yml"}
         alone = sandbox.run_playbook(
             playbook,
-            cmdline=sandbox.site_cmdline("-e instinct_rolling_batch=1" if rolling else ()),
+            cmdline=sandbox.site_cmdline(["--diff", *(["-e", "instinct_rolling_batch=1"] if rolling else [])]),
             extravars={"finetune_collect_dir": str(sandbox.collect_dir())},
         )
         sandbox.write_report(f"alone-{playbook.removesuffix('.yml')}", alone)
         sandbox.print_report(alone)
         if alone.rc != 0:
             failures[playbook] = alone.failures
-        if alone.changed:
-            changes[playbook] = alone.changed_tasks()
-        # Each group of files a stage writes is found current in one round trip (issue 20).
-        if alone.stale_gates():
-            stale[playbook] = alone.stale_gates()
+        for host, task, handler, files in alone.changes():
+            by_hand = set(files) & set(DRIFT)
+            if host == drifted and (by_hand or handler):
+                found |= by_hand
+            else:
+                unexpected.setdefault(playbook, []).append((host, task, files))
+        # Ansible's own count agrees on the other nodes: nothing changed there.
+        if any(count for host, count in alone.changed.items() if host != drifted):
+            counted[playbook] = alone.changed_tasks()
+        for host in NODES:
+            unseen[host] -= alone.files(host)
         if rolling:
             # One play start per batch: every node had its turn, one after the other.
             assert len(alone.plays) == len(NODES), alone.plays
@@ -278,57 +334,87 @@ def test_each_stage_playbook_alone_on_the_provisioned_cluster_changes_nothing(co
         if playbook == "finetune.yml":
             assert any("skip (finished on every node)" in str(d["msg"]) for d in alone.debug)
     assert failures == {}
-    assert changes == {}
-    assert stale == {}
+    # Every change was a file changed by hand, on its node (a handler there runs because one was).
+    assert unexpected == {}, unexpected
+    assert counted == {}, counted
+    # Each file changed by hand was found by the task that writes it and written again as it was.
+    assert found == set(DRIFT), set(DRIFT) - found
+    assert {path: file_state(drifted, path) for path in DRIFT} == before
+    # And on every node the tasks that write them compared them (a converged node's copy and template
+    # tasks run: what they would change, they change).
+    assert unseen == {host: set() for host in NODES}, unseen
 
 
-# One path of each group of files a role compares in one round trip (file_state), changed by hand on
-# one node the way drift happens: a mode, an edit, a file removed. Each is the group's last entry or
-# close to it, so that a gate that left part of its group out would be seen here.
-DRIFT = {
-    "/etc/systemd/system/instinct-gpu-collector.timer": "chmod 0600",  # monitoring, the collector's unit
-    "/opt/instinct/libexec/finetune-launcher/instinct_progress.py": "edit",  # finetune, the launcher
-    "/etc/ld.so.conf.d/rocm.conf": "remove",  # rocm, the loader path
-    "/etc/udev/rules.d/70-instinct-gpu.rules": "chmod 0600",  # rocm, the device access
-    "/etc/profile.d/instinct-rccl.sh": "edit",  # fabric, the env file's login export
-    "/opt/instinct/libexec/allreduce.py": "remove",  # fabric, the smoke test
-    f"{VENV}/pip.conf": "edit",  # instinct_python, pip's settings
-    "/var/log/instinct-finetune": "chmod 0700",  # wheel_build, the build logs' folder
-}
+# A task added to a copy of the monitoring role: on a converged cluster, the next run of the stage
+# writes its file on every node, and the run after changes nothing.
+ADDED_FILE = "/etc/instinct-e2e-added-task"
+ADDED_TASK = "Write the file the e2e suite's copy of the role adds"
+ADDED = f"""
+- name: {ADDED_TASK}
+  ansible.builtin.copy:
+    content: "added to a copy of the monitoring role by tests/e2e\\n"
+    dest: {ADDED_FILE}
+    owner: root
+    group: root
+    mode: "0644"
+"""
 
 
-def file_state(host, path):
-    """(mode, sha1) of a path on a node; (None, None) when it is missing."""
-    found = node(host, "sh", "-c", f"stat -c %a {path} && (sha1sum {path} 2>/dev/null || echo dir)", check=False)
-    if found.returncode != 0:
-        return None, None
-    mode, digest = found.stdout.split("\n", 1)
-    return mode, digest.split()[0]
-
-
-def test_files_changed_by_hand_are_found_by_their_gate_and_written_again(converged):
-    """A file a role writes, changed on one node, is found by that role's one-round-trip comparison
-    and written again by the role's own tasks; the other node, unchanged, skips them."""
-    drifted, other = NODES[-1], NODES[0]
-    expected = {path: file_state(other, path) for path in DRIFT}
-    assert all(mode for mode, _digest in expected.values()), expected
-    for path, how in DRIFT.items():
-        if how == "remove":
-            node(drifted, "rm", path)
-        elif how == "edit":
-            node(drifted, "sh", "-c", f"echo '# changed by hand' >> {path}")
+def shadow_collection(base, role):
+    """A collections folder whose instinct.finetune is the checkout with its own copy of ``role``
+    (every other entry links to the checkout's). First in ANSIBLE_COLLECTIONS_PATH, it comes before
+    .venv/collections' link to the checkout, so a playbook's instinct.finetune.<role> is the copy."""
+    collection = base / "ansible_collections" / "instinct" / "finetune"
+    (collection / "roles").mkdir(parents=True)
+    for entry in ROOT.iterdir():
+        if not entry.name.startswith(".") and entry.name != "roles":
+            (collection / entry.name).symlink_to(entry)
+    for entry in (ROOT / "roles").iterdir():
+        if entry.name == role:
+            shutil.copytree(entry, collection / "roles" / role, symlinks=True)
         else:
-            node(drifted, *how.split(), path)
-    again = sandbox.run_playbook(
-        "site.yml", cmdline=sandbox.site_cmdline(), extravars={"finetune_collect_dir": str(sandbox.collect_dir())}
-    )
-    sandbox.write_report("site-drift", again)
+            (collection / "roles" / entry.name).symlink_to(entry)
+    return base
+
+
+def collections_path(first):
+    """ANSIBLE_COLLECTIONS_PATH: ``first``, then the folders ansible.cfg names (relative to it)."""
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(ROOT / "ansible.cfg")
+    configured = config["defaults"]["collections_path"].split(os.pathsep)
+    return os.pathsep.join([str(first), *(p if p.startswith(("/", "~")) else str(ROOT / p) for p in configured)])
+
+
+def test_a_task_added_to_a_role_reaches_every_converged_node_once(converged, tmp_path):
+    """One copy task appended to a copy of the monitoring role (which shadows the collection's), then
+    monitoring.yml twice on the converged cluster: the first run writes the new file on every node
+    and changes nothing else, the second changes nothing."""
+    collections = shadow_collection(tmp_path, "monitoring")
+    tasks = collections.joinpath("ansible_collections/instinct/finetune/roles/monitoring/tasks/main.yml")
+    tasks.write_text(tasks.read_text().rstrip("\n") + "\n" + ADDED)
+    envvars = {"ANSIBLE_COLLECTIONS_PATH": collections_path(collections)}
+    extravars = {"finetune_collect_dir": str(sandbox.collect_dir())}
+    try:
+        first = sandbox.run_playbook("monitoring.yml", cmdline=sandbox.site_cmdline("--diff"), extravars=extravars,
+                                     envvars=envvars)  # fmt: skip
+        sandbox.write_report("added-task", first)
+        sandbox.print_report(first)
+        assert first.rc == 0, first.failures
+        assert sorted(first.changes()) == sorted((host, ADDED_TASK, False, (ADDED_FILE,)) for host in NODES)
+        assert sorted(first.changed_tasks()) == [(host, ADDED_TASK) for host in NODES]
+        for host in NODES:
+            assert node(host, "stat", "-c", "%a %U", ADDED_FILE).stdout.split() == ["644", "root"]
+            assert node(host, "cat", ADDED_FILE).stdout == "added to a copy of the monitoring role by tests/e2e\n"
+        again = sandbox.run_playbook("monitoring.yml", cmdline=sandbox.site_cmdline("--diff"), extravars=extravars,
+                                     envvars=envvars)  # fmt: skip
+        sandbox.write_report("added-task-again", again)
+        sandbox.print_report(again)
+    finally:
+        for host in NODES:
+            node(host, "rm", "-f", ADDED_FILE, check=False)
     assert again.rc == 0, again.failures
-    found = {d["path"] for host, _task, differs in again.stale_gates() if host == drifted for d in differs}
-    assert set(DRIFT) <= found, set(DRIFT) - found
-    assert [gate for gate in again.stale_gates() if gate[0] != drifted] == []
-    assert again.changed.get(other, 0) == 0, again.changed_tasks()
-    assert {path: file_state(drifted, path) for path in DRIFT} == expected
+    assert again.ran(ADDED_TASK) == NODES
+    assert again.changed == {} and again.changes() == [], again.changes()
 
 
 def run_in_thread(playbook, extra, outcome):
