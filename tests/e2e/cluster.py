@@ -12,6 +12,8 @@ JOB_ROOT = "/var/lib/instinct-finetune/jobs"
 VENV = "/opt/instinct/venv"
 LF_SETS = "/opt/instinct/wheels/llama-factory"  # llama_factory_dependency_root
 FABRIC_PREFIX = "172.29.20."
+# The fabric stage's all-reduce launch (roles/fabric/tasks/smoke.yml): a run that must launch nothing skips it.
+SMOKE_TASK = "Start one all-reduce process per GPU (one per node without a GPU) over the fabric interface"
 
 _spec = importlib.util.spec_from_file_location("sandbox", ROOT / "scripts" / "sandbox.py")
 sandbox = importlib.util.module_from_spec(_spec)

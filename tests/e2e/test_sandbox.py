@@ -18,7 +18,7 @@ import threading
 import time
 
 import pytest
-from cluster import JOB, JOB_ROOT, NODES, ROOT, VENV, node, node_python, sandbox, summary_lines
+from cluster import JOB, JOB_ROOT, NODES, ROOT, SMOKE_TASK, VENV, node, node_python, sandbox, summary_lines
 
 FAULT_JOB = "sandbox-fault"
 FULL_JOB = "sandbox-zero3-full"
@@ -500,7 +500,7 @@ def refuse_a_resume_on_one_node():
     refusal = " ".join(str(f["msg"]) for f in alone.failures)
     assert "were saved with world_size 2 (now 1)" in refusal and "new finetune_job_name" in refusal, refusal
     assert alone.changed == {}
-    assert alone.ran("Compare the job's files on the node with what this run writes") == []
+    assert alone.ran("Create the job's folders") == []
     assert alone.ran("Write the LLaMA-Factory training settings") == []
 
 
@@ -595,7 +595,7 @@ def resume_while_site_yml_runs_again(saved):
                  "no package of the venv is installed or changed"):  # fmt: skip
         assert what in shown, what
     assert during.ran("Listen on the master's port for every other node") == []
-    assert during.ran("Start one all-reduce process per node over the fabric interface") == []
+    assert during.ran(SMOKE_TASK) == []
     assert during.ran("Start every rank at once (torchrun waits at the master for the others)") == []
     assert {host: launches(host, FAULT_JOB) for host in NODES} == before  # no unit was restarted
     # Nothing changed before the job ended: the only changes are what its end brings, the finished
