@@ -13,15 +13,19 @@ from tests.unit.conftest import COLLECTIONS, FIXTURES, ROOT
 ONE_NODE = FIXTURES / "rccl" / "rccl-tests-all_reduce-mi300x-1node-8proc-aac8.txt"
 GIB = 1 << 30
 
-PLAYBOOK = """\
+# The step's own task file with the role's variables, not include_role: the role's dependencies
+# (the node tools install) would otherwise run on the controller.
+PLAYBOOK = f"""\
 - name: Run the fabric role's rccl-tests step
   hosts: localhost
   gather_facts: false
+  vars_files:
+    - {ROOT}/roles/common/defaults/main.yml
+    - {ROOT}/roles/fabric/defaults/main.yml
+    - {ROOT}/roles/fabric/vars/main.yml
   tasks:
     - name: Measure and judge with all_reduce_perf
-      ansible.builtin.include_role:
-        name: instinct.finetune.fabric
-        tasks_from: rccl-tests
+      ansible.builtin.include_tasks: {ROOT}/roles/fabric/tasks/rccl-tests.yml
 """
 
 
