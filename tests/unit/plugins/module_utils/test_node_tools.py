@@ -65,12 +65,12 @@ def test_the_wheel_is_built_once_per_version_and_holds_the_parsers_and_entry_poi
 
 def test_requirements_name_every_file_with_its_hash():
     text = node_tools.requirements(
-        "/var/tmp/ansible-x/instinct_node_tools-0.2.0+abc-py3-none-any.whl",
+        "/remote/tmp/instinct_node_tools-0.2.0+abc-py3-none-any.whl",
         "a" * 64,
         [{"name": "prometheus-client", "version": "0.21.1", "sha256": "b" * 64}],
     )
     assert text.splitlines() == [
-        f"/var/tmp/ansible-x/instinct_node_tools-0.2.0+abc-py3-none-any.whl --hash=sha256:{'a' * 64}",
+        f"/remote/tmp/instinct_node_tools-0.2.0+abc-py3-none-any.whl --hash=sha256:{'a' * 64}",
         f"prometheus-client==0.21.1 --hash=sha256:{'b' * 64}",
     ]
 
