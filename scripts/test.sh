@@ -78,7 +78,9 @@ do_unit() {
   # The finetune role's pre-launch check runs on the real LLaMA-Factory, transformers and DeepSpeed.
   INSTINCT_TRAIN_PYTHON=$(bash scripts/ensure-train-libs.sh)
   export PROMTOOL INSTINCT_TRAIN_PYTHON
-  pytest tests/unit || rc=$?
+  # node_tools/tests: the node tools package built into a wheel, installed with pip into throwaway
+  # venvs (one over the training libraries above), and its console scripts run from there.
+  pytest tests/unit node_tools/tests || rc=$?
   [[ $rc -eq 0 ]] || { echo "unit tests failed (pytest exit $rc)"; return "$rc"; }
 }
 

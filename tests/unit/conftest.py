@@ -1,7 +1,8 @@
 """Make ``ansible_collections.instinct.finetune`` importable from a checkout.
 
 `make venv` links this repository into .venv/collections/ansible_collections/instinct/finetune;
-the unit tests import the plugins through that path, exactly as Ansible does.
+the unit tests import the plugins through that path, exactly as Ansible does. The node tools
+package's modules (node_tools/src) are importable too: the monitoring tests read its metric names.
 """
 
 import json
@@ -19,6 +20,7 @@ FIXTURES = ROOT / "tests" / "fixtures"
 if not (COLLECTIONS / "ansible_collections" / "instinct" / "finetune").exists():
     raise RuntimeError(f"{COLLECTIONS} lacks instinct/finetune: run `make venv` first")
 sys.path.insert(0, str(COLLECTIONS))
+sys.path.insert(0, str(ROOT / "node_tools" / "src"))
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """Helpers of the monitoring tests: the metric names the exporters write, the names a PromQL expression
 reads, and the promtool binary."""
 
-import importlib.util
 import os
 import re
 import shutil
@@ -9,22 +8,15 @@ import subprocess
 from pathlib import Path
 
 from ansible_collections.instinct.finetune.plugins.module_utils import gpu_metrics
+from instinct_node_tools import progress
 
 ROOT = Path(__file__).resolve().parents[3]
-PROGRESS = ROOT / "roles" / "finetune" / "files" / "launcher" / "instinct_progress.py"
 LOCAL_PROMTOOL = ROOT / ".cache" / "promtool" / "promtool"
 
-
-def _progress_metrics():
-    spec = importlib.util.spec_from_file_location("instinct_progress", PROGRESS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.METRICS
-
-
-# Every name an alert or a panel may read: the GPU collector's, the fine-tune ranks', and Prometheus's own
-# `up`. A name outside this set would be a renamed or misspelt metric: an empty panel or a disarmed alert.
-KNOWN_METRICS = frozenset(gpu_metrics.METRICS) | frozenset(_progress_metrics()) | {"up"}
+# Every name an alert or a panel may read: the GPU collector's, the fine-tune ranks' (the node tools'
+# progress writer), and Prometheus's own `up`. A name outside this set would be a renamed or misspelt
+# metric: an empty panel or a disarmed alert.
+KNOWN_METRICS = frozenset(gpu_metrics.METRICS) | frozenset(progress.METRICS) | {"up"}
 
 _KEYWORDS = {
     "and",

@@ -1,7 +1,6 @@
 """Watching a running job (module_utils/jobstate.py, issue 17): what a node reads of its ranks'
 progress and processes, and the round that decides for the whole job, stall included."""
 
-import importlib.util
 import os
 import signal
 import subprocess
@@ -16,13 +15,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils.jobstate import 
     stall_message,
     watch_round,
 )
-from tests.unit.conftest import ROOT
-
-_spec = importlib.util.spec_from_file_location(
-    "instinct_progress", ROOT / "roles" / "finetune" / "files" / "launcher" / "instinct_progress.py"
-)
-instinct_progress = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(instinct_progress)
+from instinct_node_tools import progress as instinct_progress
 
 RANKS = ["node1", "node2"]
 LABELS = {"finetune_job": "sft", "rank": 1, "local_rank": 0, "node_rank": 1}

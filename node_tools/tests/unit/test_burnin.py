@@ -1,32 +1,22 @@
-"""The health role's burn-in script (roles/health/files/burnin.py).
+"""The health role's burn-in (instinct_node_tools.burnin, the instinct-burnin console script).
 
 What runs here, honestly:
 - the arithmetic and helpers (FLOP count, TFLOP/s, batch sizing, CPU name, PCI location, options);
-- the script as the role runs it, with this venv's python: where torch imports, a real short CPU
-  burn-in and its JSON; where it does not (the controller venv has no torch, so normally this
-  branch), the clear exit status 2 the role reports;
+- the installed script as the role runs it: over the pinned training libraries (a CPU torch), a
+  real short CPU burn-in and its JSON; in a venv without torch (a node's system Python), the clear
+  exit status 2 the role reports;
 - the measuring loop and the JSON document of ``run()`` on a stand-in torch (``FakeTorch`` below:
   two "GPUs" whose matmul only sleeps), which checks the per-device threads, the iteration count and
   the TFLOP/s arithmetic, not any kernel. A real GPU run is not part of these tests.
 """
 
-import importlib.util
 import json
-import subprocess
-import sys
 import time
 from types import SimpleNamespace
 
 import pytest
 
-from tests.unit.conftest import ROOT
-
-SCRIPT = ROOT / "roles" / "health" / "files" / "burnin.py"
-_spec = importlib.util.spec_from_file_location("burnin", SCRIPT)
-burnin = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(burnin)
-
-TORCH_IMPORTS = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, check=False).returncode == 0
+from instinct_node_tools import burnin
 
 EPYC_CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -81,29 +71,25 @@ def test_options_and_their_refusal():
             burnin.parse_args(argv)
 
 
-def run_script(*argv):
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, check=False, timeout=120, cwd=ROOT
-    )
+def test_the_installed_script_burns_the_cpu_over_the_training_libraries(train_tools):
+    proc = train_tools.run("instinct-burnin", "--size", "64", "--seconds", "0.5")
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout.splitlines()[-1])
+    assert document["device_kind"] == "cpu"  # the training libraries' torch is a CPU build
+    assert document["dtype"] == "bf16" and document["matrix_size"] == 64
+    assert document["devices"] and all(d["tflops"] > 0 and d["iterations"] > 0 for d in document["devices"])
 
 
-def test_the_script_as_the_role_runs_it_with_this_venvs_python():
-    proc = run_script("--size", "64", "--seconds", "0.5")
-    if TORCH_IMPORTS:
-        assert proc.returncode == 0, proc.stderr
-        document = json.loads(proc.stdout.splitlines()[-1])
-        assert document["device_kind"] in ("cpu", "rocm", "cuda")
-        assert document["dtype"] == "bf16" and document["matrix_size"] == 64
-        assert document["devices"] and all(d["tflops"] > 0 and d["iterations"] > 0 for d in document["devices"])
-    else:
-        # The controller venv has no torch: the script says so and exits 2 instead of a traceback.
-        assert proc.returncode == 2
-        assert proc.stdout == ""
-        assert f"torch is not importable in {sys.executable}" in proc.stderr
+def test_without_torch_the_installed_script_says_so_and_exits_2(node_tools):
+    proc = node_tools.run("instinct-burnin", "--size", "64", "--seconds", "0.5")
+    # No traceback: the role reports exit status 2 as "torch missing".
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert f"torch is not importable in {node_tools.python}" in proc.stderr
 
 
-def test_refused_options_exit_before_torch_is_needed():
-    proc = run_script("--size", "0")
+def test_refused_options_exit_before_torch_is_needed(node_tools):
+    proc = node_tools.run("instinct-burnin", "--size", "0")
     assert proc.returncode == 2 and "--size must be >= 1" in proc.stderr
 
 

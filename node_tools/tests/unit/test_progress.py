@@ -1,18 +1,13 @@
-"""The fine-tune ranks' progress export (roles/finetune/files/launcher/instinct_progress.py)."""
+"""The fine-tune ranks' progress export (instinct_node_tools.progress) and the instinct-progress
+console script the training unit runs around each launch."""
 
-import importlib.util
 import re
 import stat
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-spec = importlib.util.spec_from_file_location(
-    "instinct_progress", ROOT / "roles" / "finetune" / "files" / "launcher" / "instinct_progress.py"
-)
-progress_module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(progress_module)
+from instinct_node_tools import progress as progress_module
+
 Progress = progress_module.Progress
 
 LABELS = {"finetune_job": "tiny", "rank": "1", "local_rank": "0", "node_rank": "1"}
@@ -45,7 +40,7 @@ def test_a_rank_reports_step_loss_and_its_share_of_the_tokens_per_second():
     # 4000 tokens of the whole job in 10 s, shared by 2 ranks.
     assert got["instinct_finetune_tokens_per_second"] == 200
     assert got["instinct_finetune_last_step_timestamp_seconds"] == 1010
-    assert 'instinct_finetune_step{finetune_job="tiny",rank="1",local_rank="0",node_rank="1"} 1' in text
+    assert 'instinct_finetune_step{finetune_job="tiny",local_rank="0",node_rank="1",rank="1"} 1.0' in text
 
     clock.now = 1015.0
     progress.step(global_step=2, epoch=0.1, tokens_seen=6000)
@@ -76,26 +71,42 @@ def test_labels_are_required_and_escaped():
 
 def test_the_file_is_replaced_whole_and_readable_by_the_collector(tmp_path):
     path = tmp_path / "rank0.prom"
-    progress_module.write_atomic(str(path), "a 1\n")
-    progress_module.write_atomic(str(path), "a 2\n")
-    assert path.read_text() == "a 2\n"
+    progress = Progress(LABELS, world_size=2, clock=Clock())
+    progress.begin(1, 40, 0)
+    progress.write(str(path))
+    progress.step(2, None, 0)
+    progress.write(str(path))
+    assert path.read_text() == progress.render()
+    assert values(path.read_text())["instinct_finetune_step"] == 2
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
-    assert [p.name for p in tmp_path.iterdir()] == ["rank0.prom"]
+    assert [p.name for p in tmp_path.iterdir()] == ["rank0.prom"]  # no temporary file left beside it
 
 
-def test_after_a_launch_every_rank_file_says_it_no_longer_runs(tmp_path):
-    """What the unit's ExecStopPost runs: a killed rank's file still said running 1."""
+def test_after_a_launch_every_rank_file_says_it_no_longer_runs(node_tools, tmp_path):
+    """What the unit's ExecStopPost runs (the installed instinct-progress): a killed rank's file
+    still said running 1."""
     for rank, running in ((0, 1), (1, 0)):
         progress = Progress(dict(LABELS, rank=str(rank)), world_size=2, clock=Clock())
         progress.begin(10, 40, 0)
         if not running:
             progress.end()
-        progress_module.write_atomic(str(tmp_path / f"rank{rank}.prom"), progress.render())
+        progress.write(str(tmp_path / f"rank{rank}.prom"))
     (tmp_path / "notes.txt").write_text("instinct_finetune_running 1\n")
-    progress_module.mark_stopped(str(tmp_path))
+    done = node_tools.run("instinct-progress", "stopped", tmp_path)
+    assert done.returncode == 0, done.stderr
     for rank in (0, 1):
         got = values((tmp_path / f"rank{rank}.prom").read_text())
         assert got["instinct_finetune_running"] == 0 and got["instinct_finetune_step"] == 10
     assert (tmp_path / "notes.txt").read_text() == "instinct_finetune_running 1\n"
-    progress_module.clear(str(tmp_path))
+    done = node_tools.run("instinct-progress", "clear", tmp_path)
+    assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_the_script_refuses_an_unknown_action_and_skips_a_missing_folder(node_tools, tmp_path):
+    done = node_tools.run("instinct-progress", "remove", tmp_path)
+    assert done.returncode != 0 and "usage: instinct-progress stopped|clear FOLDER" in done.stderr
+    # The unit's ExecStopPost runs before the job ever wrote its metrics folder.
+    done = node_tools.run("instinct-progress", "stopped", tmp_path / "absent")
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "absent").exists()

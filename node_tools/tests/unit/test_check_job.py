@@ -1,5 +1,5 @@
-"""The finetune role's pre-launch check (roles/finetune/files/check_job.py) on the files the role
-renders, run with the real training libraries at the roles' pinned versions (LLaMA-Factory's
+"""The finetune role's pre-launch check (instinct-check-job, installed over the training libraries)
+on the files the role renders, run with the real training libraries at the roles' pinned versions (LLaMA-Factory's
 argument parser and TrainingArguments, transformers' DeepSpeed/Trainer consistency check,
 DeepSpeed's config parser), from the venv scripts/ensure-train-libs.sh builds. No mocks: a broken
 setting must be refused by the library that would refuse it at run time."""
@@ -7,41 +7,25 @@ setting must be refused by the library that would refuse it at run time."""
 import base64
 import copy
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from tests.unit.conftest import ROOT
 from tests.unit.plugins.module_utils.test_jobspec import job_files, node, role_job
 
-CHECK = ROOT / "roles" / "finetune" / "files" / "check_job.py"
 STRATEGIES = ("deepspeed_zero3", "fsdp", "ddp")
 TYPES = ("lora", "full", "freeze")
 DEVICES = ("rocm", "cpu")
 PARSER = "LLaMA-Factory's argument parser and TrainingArguments"
 
 
-@pytest.fixture(scope="module")
-def train_python():
-    python = os.environ.get("INSTINCT_TRAIN_PYTHON", "")
-    assert python and Path(python).is_file(), (
-        "INSTINCT_TRAIN_PYTHON is not set: run these tests through `make unit` (scripts/test.sh), "
-        "or export INSTINCT_TRAIN_PYTHON=$(bash scripts/ensure-train-libs.sh)"
-    )
-    return python
-
-
 def spec(files, device, world_size=16):
     return {"train": files["train"], "deepspeed": files["deepspeed"], "world_size": world_size, "device": device}
 
 
-def check(python, specs):
+def check(train_tools, specs):
     encoded = [base64.b64encode(json.dumps(s).encode()).decode() for s in specs]
-    proc = subprocess.run(
-        [python, str(CHECK), *encoded], capture_output=True, text=True, timeout=600, check=False, cwd=ROOT
-    )
+    proc = train_tools.run("instinct-check-job", *encoded, timeout=600, cwd=ROOT)
     assert proc.returncode in (0, 3), proc.stderr[-3000:]
     # No setting the role writes is one transformers has deprecated (it logs them as it parses).
     assert "is deprecated" not in proc.stderr, [line for line in proc.stderr.splitlines() if "deprecated" in line]
@@ -63,13 +47,13 @@ def combinations():
 
 
 @pytest.fixture(scope="module")
-def rendered_results(train_python):
+def rendered_results(train_tools):
     cases = list(combinations())
     specs = []
     for strategy, finetuning_type, device in cases:
         job = role_job(strategy=strategy, finetuning_type=finetuning_type, shared_output=strategy == "fsdp")
         specs.append(spec(job_files(job, node(device, shared_output=strategy == "fsdp")), device))
-    return dict(zip(cases, check(train_python, specs), strict=True))
+    return dict(zip(cases, check(train_tools, specs), strict=True))
 
 
 @pytest.mark.parametrize(("strategy", "finetuning_type", "device"), list(combinations()))
@@ -88,7 +72,7 @@ def zero3(device="rocm", **settings):
     return job_files(role_job(**settings), node(device))
 
 
-def test_the_libraries_refuse_what_the_role_must_never_launch(train_python):
+def test_the_libraries_refuse_what_the_role_must_never_launch(train_tools):
     # Each case bypasses the role's own checks (job_problems) to show that the library refuses it.
     files = zero3()
     accumulation = copy.deepcopy(files)
@@ -103,7 +87,7 @@ def test_the_libraries_refuse_what_the_role_must_never_launch(train_python):
     batch = copy.deepcopy(files)
     batch["deepspeed"]["train_batch_size"] = 64  # right for 8 ranks, not for 16
     results = check(
-        train_python,
+        train_tools,
         [spec(accumulation, "rocm"), spec(clipping, "rocm"), spec(typo, "rocm"), spec(unknown, "rocm"),
          spec(fsdp, "rocm"), spec(batch, "rocm", world_size=8), spec(batch, "rocm", world_size=16)],
     )  # fmt: skip

@@ -1,14 +1,13 @@
-"""The diagnose role's node-side reader (roles/diagnose/files/gather.py): what it counts as an amdgpu
-error, which part of a training log it reads, and how it judges an AMD apt source."""
+"""The diagnose role's node-side reader (instinct_node_tools.gather, the instinct-gather console
+script): what it counts as an amdgpu error, which part of a training log it reads, and how it judges
+an AMD apt source."""
 
-import importlib.util
-from pathlib import Path
+import json
 
-ROOT = Path(__file__).resolve().parents[3]
-spec = importlib.util.spec_from_file_location("gather", ROOT / "roles" / "diagnose" / "files" / "gather.py")
-gather = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gather)
-DMESG = ROOT / "tests" / "fixtures" / "dmesg"
+from instinct_node_tools import gather
+from tests.unit.conftest import FIXTURES, ROOT
+
+DMESG = FIXTURES / "dmesg"
 
 
 def test_the_failure_lines_of_real_amdgpu_logs_count_and_their_healthy_lines_do_not():
@@ -70,15 +69,19 @@ def test_amd_apt_sources_are_judged_by_their_active_lines():
     assert gather.repository_entry("/etc/apt/sources.list.d/amdgpu.sources", disabled) is None
 
 
-def test_the_log_sections_search_each_training_logs_latest_launch(tmp_path):
-    (tmp_path / "job").mkdir()
-    (tmp_path / "job" / "train.log").write_text(
+def training_log(folder):
+    (folder / "job").mkdir()
+    (folder / "job" / "train.log").write_text(
         "==== instinct.finetune launch of rank 0 at 2026-12-03T07:00:00 ====\n"
         "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB\n"
         "==== instinct.finetune launch of rank 0 at 2026-12-03T08:00:00 ====\n"
         "[rank0]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7)\n"
         "OSError: [Errno 28] No space left on device\n"
     )
+
+
+def test_the_log_sections_search_each_training_logs_latest_launch(tmp_path):
+    training_log(tmp_path)
     settings = {"log_root": str(tmp_path), "env_file": str(tmp_path / "absent.env"), "disk_paths": ["/"]}
     log = str(tmp_path / "job" / "train.log")
     assert gather.section_memory(settings)["oom"] == []
@@ -106,3 +109,16 @@ def test_the_state_of_every_port_nccl_ib_hca_names_is_read_from_sysfs(tmp_path):
     # A list of ports RCCL must not use says nothing of the others: not checked.
     env.write_text("NCCL_SOCKET_IFNAME=ens50f0\nNCCL_IB_HCA=^mlx5_bond_0\n")
     assert gather.section_fabric(settings)["rdma"] == {}
+
+
+def test_the_installed_script_prints_the_sections_it_is_asked_for(node_tools, tmp_path):
+    training_log(tmp_path)
+    settings = {"log_root": str(tmp_path), "env_file": str(tmp_path / "absent.env"), "disk_paths": ["/"]}
+    proc = node_tools.run("instinct-gather", json.dumps(settings), "memory", "disk", "no-such-section")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert set(out) == {"time", "memory", "disk"}
+    assert out["memory"]["oom"] == [] and out["memory"]["total_mb"] > 0
+    assert out["disk"]["no_space_errors"] == [
+        {"log": str(tmp_path / "job" / "train.log"), "line": "OSError: [Errno 28] No space left on device"}
+    ]
