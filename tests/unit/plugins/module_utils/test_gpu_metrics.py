@@ -1,8 +1,8 @@
-"""gpu_metrics: the GPU collector's readers on real recordings, its textfile, its fallback order and
-the merge of the fine-tune ranks' progress files."""
+"""gpu_metrics: the GPU collector's readers on real recordings, its textfile's samples and its
+fallback order. The textfile itself (prometheus_client), the merge of the fine-tune ranks' progress
+files and what the summary reads back are tested with the node tools package (node_tools/tests)."""
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -15,8 +15,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils.gpu_metrics impo
     ROCM_SMI_JSON,
     ROCM_SMI_USE_VRAM,
     ToolFailed,
-    gpu_textfile,
-    merge_textfiles,
+    gpu_textfile_samples,
     read_amdsmi,
     read_gpus,
     read_rocm_smi_json,
@@ -34,16 +33,15 @@ TEMPERATURE = [43.0, 41.0, 45.0, 41.0, 44.0, 42.0, 45.0, 43.0]
 POWER = [155.0, 155.0, 159.0, 155.0, 160.0, 157.0, 160.0, 158.0]
 
 
-def samples(text):
-    """{(name, frozenset(labels)): value} of an exposition text."""
+def samples(listed):
+    """{(name, frozenset(labels)): value} of ``[(name, labels, value)]``, each series once; a value of
+    None (not measured) is left out, as the textfile writer leaves it out."""
     out = {}
-    for line in text.splitlines():
-        if line.startswith("#") or not line:
-            continue
-        match = re.match(r"^(\w+)(?:\{(.*)\})? (\S+)$", line)
-        assert match, line
-        labels = frozenset(re.findall(r'(\w+)="([^"]*)"', match.group(2) or ""))
-        out[(match.group(1), labels)] = float(match.group(3))
+    for name, labels, value in listed:
+        key = (name, frozenset((k, str(v)) for k, v in labels.items()))
+        assert key not in out, f"{key} twice"
+        if value is not None:
+            out[key] = value
     return out
 
 
@@ -170,8 +168,8 @@ def test_read_gpus_reports_why_every_reader_failed():
 
 def test_the_textfile_of_a_fresh_sample():
     records = read_rocm_smi_plain(CONCISE, USE_VRAM)
-    text = gpu_textfile({"source": "rocm-smi", "records": records, "at": 1700000000.5}, expected=8)
-    values = samples(text)
+    listed = gpu_textfile_samples({"source": "rocm-smi", "records": records, "at": 1700000000.5}, expected=8)
+    values = samples(listed)
     for gpu, temperature in enumerate(TEMPERATURE):
         labels = frozenset({("gpu", str(gpu)), ("sensor", "junction")})
         assert values[("instinct_gpu_temperature_celsius", labels)] == temperature
@@ -182,17 +180,17 @@ def test_the_textfile_of_a_fresh_sample():
     assert values[("instinct_gpu_collector_stale", frozenset())] == 0
     assert values[("instinct_gpu_collector_last_success_timestamp_seconds", frozenset())] == 1700000000.5
     assert values[("instinct_gpu_collector_source_info", frozenset({("tool", "rocm-smi")}))] == 1
-    # Values the views do not carry are absent, never written as 0.
+    # Values the views do not carry are absent (None, left out of the file), never written as 0.
     assert not any(name == "instinct_gpu_ecc_errors_total" for name, _value in values)
-    # One HELP and one TYPE per family, for every family written.
-    families = re.findall(r"^# TYPE (\w+) ", text, re.M)
-    assert len(families) == len(set(families)) and set(families) <= set(METRICS)
+    assert {value for name, _labels, value in listed if name == "instinct_gpu_ecc_errors_total"} <= {None}
+    # Every sample is of a family of the contract (the writer refuses any other name).
+    assert {name for name, _labels, _value in listed} <= set(METRICS)
 
 
 def test_the_textfile_keeps_the_last_good_sample_marked_stale():
     records = read_rocm_smi_plain(CONCISE, USE_VRAM)
     good = {"source": "rocm-smi", "records": records, "at": 1700000000.0}
-    values = samples(gpu_textfile(good, expected=8, up=False))
+    values = samples(gpu_textfile_samples(good, expected=8, up=False))
     assert values[("instinct_gpu_collector_up", frozenset())] == 0
     assert values[("instinct_gpu_collector_stale", frozenset())] == 1
     assert values[("instinct_gpu_collector_last_success_timestamp_seconds", frozenset())] == 1700000000.0
@@ -200,64 +198,10 @@ def test_the_textfile_keeps_the_last_good_sample_marked_stale():
 
 
 def test_the_textfile_before_any_good_sample_says_only_that_the_collector_is_down():
-    assert samples(gpu_textfile(None, expected=8, up=False)) == {
+    assert samples(gpu_textfile_samples(None, expected=8, up=False)) == {
         ("instinct_gpu_collector_up", frozenset()): 0,
         ("instinct_gpu_expected_count", frozenset()): 8,
     }
-
-
-def test_a_metric_name_outside_the_contract_is_refused():
-    with pytest.raises(KeyError, match="instinct_gpu_fan_rpm"):
-        gpu_metrics.render([("instinct_gpu_fan_rpm", {}, 1)])
-
-
-def test_label_values_are_escaped():
-    record = gpu_metrics.empty_record(0)
-    record["model"] = 'AMD "Instinct"\\MI300X'
-    text = gpu_metrics.render(gpu_metrics.gpu_samples([record]))
-    assert 'model="AMD \\"Instinct\\"\\\\MI300X"' in text
-
-
-RANK0 = """# HELP instinct_finetune_step Optimizer steps done (global step).
-# TYPE instinct_finetune_step gauge
-instinct_finetune_step{finetune_job="a",rank="0",local_rank="0",node_rank="0"} 17
-# HELP instinct_finetune_loss Training loss.
-# TYPE instinct_finetune_loss gauge
-instinct_finetune_loss{finetune_job="a",rank="0",local_rank="0",node_rank="0"} 2.5
-"""
-
-
-def test_rank_files_merge_into_one_declaration_per_family():
-    rank1 = RANK0.replace('rank="0",local_rank="0",node_rank="0"', 'rank="1",local_rank="0",node_rank="1"')
-    merged = merge_textfiles([RANK0, rank1, "garbage that is no sample {\n"])
-    assert merged.count("# TYPE instinct_finetune_step gauge") == 1
-    assert merged.count("# HELP instinct_finetune_loss") == 1
-    assert 'instinct_finetune_step{finetune_job="a",rank="1",local_rank="0",node_rank="1"} 17' in merged
-    assert "garbage" not in merged
-    # The family's samples follow its declaration.
-    lines = merged.splitlines()
-    assert lines.index("# TYPE instinct_finetune_loss gauge") < min(
-        n for n, line in enumerate(lines) if line.startswith("instinct_finetune_loss{")
-    )
-
-
-def test_no_rank_file_merges_to_nothing():
-    assert merge_textfiles([]) == ""
-
-
-def test_textfile_state_reads_back_what_the_summary_shows():
-    records = read_rocm_smi_plain(CONCISE, USE_VRAM)
-    good = {"source": "rocm-smi", "records": records[:7], "at": 1.0}
-    assert gpu_metrics.textfile_state(gpu_textfile(good, expected=8)) == {
-        "up": True,
-        "stale": False,
-        "source": "rocm-smi",
-        "gpus": 7,
-        "expected": 8,
-    }
-    stale = gpu_metrics.textfile_state(gpu_textfile(good, expected=8, up=False))
-    assert (stale["up"], stale["stale"]) == (False, True)
-    assert gpu_metrics.textfile_state("") == dict.fromkeys(("up", "stale", "source", "gpus", "expected"))
 
 
 @pytest.mark.parametrize(
