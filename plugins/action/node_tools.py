@@ -81,7 +81,7 @@ class ActionModule(ActionBase):
             if not args.get("python"):
                 raise AnsibleActionFail(
                     "%s: %s has no venv to install the node tools into; run the stage that creates it "
-                    "(playbooks/stack.yml) first. See docs/runbooks/venv-broken.md" % (host, venv)
+                    "(playbooks/stack.yml) first. See docs/runbooks/python-interpreter.md" % (host, venv)
                 )
             create = [args["python"], "-m", "venv"]
             if args.get("system_site_packages"):

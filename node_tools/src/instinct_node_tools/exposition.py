@@ -81,18 +81,22 @@ def read_samples(text, table):
     return samples
 
 
-def merge(texts, table):
-    """The samples of several exposition texts (the ranks' files), each series once."""
+def merge(texts, table, labels):
+    """The samples of several exposition texts (the ranks' files), each series once.
+
+    Only samples with exactly the label names ``labels`` are kept: a file with other labels can
+    neither break the merged family nor push the other files' samples out.
+    """
+    wanted = set(labels)
     seen = set()
-    keys = {}
     merged = []
     for text in texts:
-        for name, labels, value in read_samples(text, table):
-            # One label set per family, the first file's: a file with other labels is left out.
-            if keys.setdefault(name, tuple(labels)) != tuple(labels):
+        for name, sample_labels, value in read_samples(text, table):
+            if set(sample_labels) != wanted:
                 continue
-            key = (name, tuple(sorted(labels.items())))
+            sample_labels = {key: sample_labels[key] for key in labels}
+            key = (name, tuple(sample_labels.items()))
             if key not in seen:
                 seen.add(key)
-                merged.append((name, labels, value))
+                merged.append((name, sample_labels, value))
     return merged

@@ -128,7 +128,7 @@ def collect_finetune(args):
             log(f"cannot read {path}: {error}")
     # Parsed and written again by prometheus_client: only well-formed samples of the progress
     # metrics' names reach node exporter, one HELP/TYPE per family across every rank and job.
-    merged = exposition.merge(texts, progress.METRICS)
+    merged = exposition.merge(texts, progress.METRICS, progress.LABELS)
     if merged:
         exposition.write(target, progress.METRICS, merged)
     elif os.path.exists(target):

@@ -38,7 +38,8 @@ METRICS = {
     ),
 }
 
-_LABELS = ("finetune_job", "rank", "local_rank", "node_rank")
+# The labels of every progress sample, in this order.
+LABELS = ("finetune_job", "rank", "local_rank", "node_rank")
 
 
 class Progress:
@@ -46,7 +47,7 @@ class Progress:
 
     def __init__(self, labels, world_size, clock=time.time):
         """``labels``: finetune_job, rank, local_rank and node_rank of the rank."""
-        missing = set(_LABELS) - set(labels)
+        missing = set(LABELS) - set(labels)
         if missing:
             raise ValueError(f"progress labels missing: {sorted(missing)}")
         self.labels = dict(labels)

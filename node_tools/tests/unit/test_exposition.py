@@ -22,7 +22,7 @@ RANK1 = RANK0.replace('rank="0",local_rank="0",node_rank="0"', 'rank="1",local_r
 
 
 def merged_text(texts):
-    return exposition.render(progress.METRICS, exposition.merge(texts, progress.METRICS))
+    return exposition.render(progress.METRICS, exposition.merge(texts, progress.METRICS, progress.LABELS))
 
 
 def samples(text):
@@ -69,8 +69,8 @@ def test_rank_files_merge_into_one_declaration_per_family():
 
 
 def test_no_rank_file_merges_to_nothing():
-    assert exposition.merge([], progress.METRICS) == []
-    assert exposition.merge(["", "# just a comment\n"], progress.METRICS) == []
+    assert exposition.merge([], progress.METRICS, progress.LABELS) == []
+    assert exposition.merge(["", "# just a comment\n"], progress.METRICS, progress.LABELS) == []
 
 
 def test_a_hostile_rank_file_cannot_put_foreign_metrics_or_broken_lines_into_the_merged_textfile():
@@ -135,3 +135,14 @@ def test_textfile_summary_reads_back_what_the_collector_writes():
     stale = gpu_metrics.textfile_summary(textfile(up=False))
     assert (stale["up"], stale["stale"]) == (False, True)
     assert gpu_metrics.textfile_summary("") == dict.fromkeys(("up", "stale", "source", "gpus", "expected"))
+
+
+def test_a_rank_file_with_other_labels_cannot_push_out_the_other_ranks():
+    # Sorted first, with one label more: were the first file's label set taken for the family, every
+    # good rank would be left out.
+    extra = 'instinct_finetune_step{finetune_job="a",rank="9",local_rank="0",node_rank="0",x="1"} 99\n'
+    merged = merged_text([extra, RANK0, RANK1])
+    values = samples(merged)
+    assert values[("instinct_finetune_step", rank_labels(0))] == 17
+    assert values[("instinct_finetune_step", rank_labels(1))] == 17
+    assert 'x="1"' not in merged

@@ -42,7 +42,8 @@ def test_a_changed_parser_of_module_utils_changes_the_version_through_the_link()
 
 def test_the_stamped_version_is_a_local_version_of_the_package_version(project):
     version = node_tools.stamped_version(project)
-    base, _, stamp = version.partition("+")
+    base, plus, stamp = version.partition("+")
+    assert plus == "+"
     assert base == node_tools.base_version((project / "src" / "instinct_node_tools" / "__init__.py").read_text())
     assert stamp == node_tools.digest(project)[:12]
 
