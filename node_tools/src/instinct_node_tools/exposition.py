@@ -91,12 +91,12 @@ def merge(texts, table, labels):
     seen = set()
     merged = []
     for text in texts:
-        for name, sample_labels, value in read_samples(text, table):
-            if set(sample_labels) != wanted:
+        for name, found, value in read_samples(text, table):
+            if set(found) != wanted:
                 continue
-            sample_labels = {key: sample_labels[key] for key in labels}
-            key = (name, tuple(sample_labels.items()))
+            ordered = {key: found[key] for key in labels}
+            key = (name, tuple(ordered.items()))
             if key not in seen:
                 seen.add(key)
-                merged.append((name, sample_labels, value))
+                merged.append((name, ordered, value))
     return merged
