@@ -16,14 +16,19 @@ def rccl_env_settings(node):
     ``nccl_debug``, ``hcas`` (RDMA ports for NCCL_IB_HCA, ``dev:port`` or ``dev``), ``gid_index``
     (empty: RCCL's own choice), ``gfx_archs`` (the node's GPU archs, empty on a CPU node),
     ``arch_settings`` (``[{"name", "value", "archs", "source"}]``: AMD's settings and the archs
-    they are for; an empty value leaves one out), ``alloc_conf``, ``master_addr``, ``master_port``
-    and ``extra`` (the user's own variables, written last so that they win)."""
+    they are for; an empty value leaves one out), ``rdma_settings`` (``[{"name", "value",
+    "source"}]``: written only with RDMA ports), ``dmabuf_by_driver`` (NCCL_DMABUF_ENABLE by the
+    ports' RDMA driver, ``{"mlx5": "1", ...}``; written when every port's driver has a value and
+    they agree), ``alloc_conf``, ``master_addr``, ``master_port`` and ``extra`` (the user's own
+    variables, written last so that they win)."""
     out = []
 
     def add(name, value, why=""):
         out.append({"name": str(name), "value": str(value), "why": why})
 
-    add("NCCL_SOCKET_IFNAME", node["ifname"], f"the socket interface: {node.get('reason', '')}".rstrip(": "))
+    # "=": this interface only; without it RCCL takes the name as a prefix (eth1 would match eth10).
+    # Gloo takes the name as it is.
+    add("NCCL_SOCKET_IFNAME", "=" + node["ifname"], f"the socket interface: {node.get('reason', '')}".rstrip(": "))
     add("GLOO_SOCKET_IFNAME", node["ifname"])
     add("NCCL_DEBUG", node.get("nccl_debug") or "WARN")
     hcas = list(node.get("hcas") or [])
@@ -32,6 +37,13 @@ def rccl_env_settings(node):
         add("NCCL_IB_HCA", "=" + ",".join(hcas), f"every active RDMA port of the node ({len(hcas)})")
     if str(node.get("gid_index", "")) != "":
         add("NCCL_IB_GID_INDEX", node["gid_index"], "the RoCE v2 GID index of those ports")
+    if hcas:
+        for setting in node.get("rdma_settings") or []:
+            if setting.get("value") is not None and str(setting["value"]) not in ("", "None"):
+                add(setting["name"], setting["value"], f"with RDMA ports: {setting['source']}")
+        dmabuf = dmabuf_setting(hcas, node.get("dmabuf_by_driver") or {})
+        if dmabuf is not None:
+            add("NCCL_DMABUF_ENABLE", dmabuf[0], dmabuf[1])
     archs = set(node.get("gfx_archs") or [])
     for setting in node.get("arch_settings") or []:
         if setting.get("value") is None or str(setting["value"]) in ("", "None"):
@@ -57,3 +69,21 @@ def rccl_env_settings(node):
     for index, setting in enumerate(out):
         seen[setting["name"]] = index
     return [setting for index, setting in enumerate(out) if seen[setting["name"]] == index]
+
+
+def rdma_driver(hca):
+    """The RDMA driver of a port name as the kernel names its devices: ``mlx5_3:1`` -> ``mlx5``,
+    ``bnxt_re0`` -> ``bnxt_re``, ``ionic_7`` -> ``ionic``."""
+    device = str(hca).split(":", 1)[0]
+    return device.rstrip("0123456789").rstrip("_")
+
+
+def dmabuf_setting(hcas, by_driver):
+    """``(value, why)`` of NCCL_DMABUF_ENABLE for these ports, or None when a port's driver has no
+    value in ``by_driver`` or the ports' drivers disagree (RCCL's own default then applies)."""
+    drivers = sorted({rdma_driver(hca) for hca in hcas})
+    values = {str(by_driver[driver]) for driver in drivers if driver in by_driver}
+    if not drivers or any(driver not in by_driver for driver in drivers) or len(values) != 1:
+        return None
+    value = values.pop()
+    return value, f"DMA-BUF for {', '.join(drivers)} ports, as ROCm/cvs's environment scripts set it"

@@ -231,7 +231,6 @@ DRIFT = {
     "/etc/ld.so.conf.d/rocm.conf": "remove",  # rocm, the loader path
     "/etc/udev/rules.d/70-instinct-gpu.rules": "chmod 0600",  # rocm, the device access
     "/etc/instinct-finetune/rccl.env": "remove",  # fabric, the env file every launch reads
-    "/etc/profile.d/instinct-rccl.sh": "edit",  # fabric, the env file's login export
     f"{VENV}/pip.conf": "edit",  # instinct_python, pip's settings
     "/var/log/instinct-finetune": "chmod 0700",  # wheel_build, the build logs' folder
 }

@@ -67,21 +67,23 @@ def test_the_env_file_holds_the_fabric_nic_and_the_master_on_it(converged):
         mode = node(host, "stat", "-c", "%a %U", "/etc/instinct-finetune/rccl.env").stdout.split()
         assert mode == ["644", "root"]
         env = env_file(host)
-        assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == nics[host]
+        # "=": that interface only, not every name it is a prefix of; Gloo takes the name itself.
+        assert env["NCCL_SOCKET_IFNAME"] == "=" + nics[host]
+        assert env["GLOO_SOCKET_IFNAME"] == nics[host]
         # The simulated nodes show MI300X GPUs (gfx942): AMD's training settings for that arch.
-        assert {k: env.get(k) for k in ("TORCH_NCCL_HIGH_PRIORITY", "GPU_MAX_HW_QUEUES", "HSA_NO_SCRATCH_RECLAIM",
-                                        "RCCL_MSCCL_ENABLE")} == {"TORCH_NCCL_HIGH_PRIORITY": "1",
-                                                                  "GPU_MAX_HW_QUEUES": "2",
-                                                                  "HSA_NO_SCRATCH_RECLAIM": "1",
-                                                                  "RCCL_MSCCL_ENABLE": "0"}  # fmt: skip
+        amd = {"TORCH_NCCL_HIGH_PRIORITY": "1", "GPU_MAX_HW_QUEUES": "2", "HSA_NO_SCRATCH_RECLAIM": "1",
+               "RCCL_MSCCL_ENABLE": "0", "NCCL_MIN_NCHANNELS": "112", "HIP_FORCE_DEV_KERNARG": "1"}  # fmt: skip
+        assert {k: env.get(k) for k in amd} == amd
         assert "HSA_FORCE_FINE_GRAIN_PCIE" not in env  # for PCIe-connected GPUs; MI300X's are on xGMI
         assert env["PYTORCH_HIP_ALLOC_CONF"] == env["PYTORCH_ALLOC_CONF"] == "max_split_size_mb:512"
         assert ipaddress.ip_address(env["MASTER_ADDR"]) in FABRIC
         assert env["MASTER_PORT"] == "29500"
         assert "NCCL_IB_HCA" not in env  # no RDMA devices in a container
-        # Login shells read it too (an operator's torchrun by hand).
-        out = node(host, "bash", "-lc", "echo $NCCL_SOCKET_IFNAME").stdout.strip()
-        assert out == nics[host]
+        assert "NCCL_CROSS_NIC" not in env and "NCCL_DMABUF_ENABLE" not in env  # RDMA-only settings
+        # The RCCL environment stays in the unit and the checks: a login shell does not get it.
+        out = node(host, "bash", "-lc", "echo ${NCCL_SOCKET_IFNAME:-unset}").stdout.strip()
+        assert out == "unset"
+        assert node(host, "test", "-e", "/etc/profile.d/instinct-rccl.sh", check=False).returncode == 1
     masters = {env_file(host)["MASTER_ADDR"] for host in NODES}
     (link,) = ip_json(NODES[0], "addr", "show", "dev", nics[NODES[0]])
     assert masters == {a["local"] for a in link["addr_info"] if a["family"] == "inet"}

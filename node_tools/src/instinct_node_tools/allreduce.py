@@ -75,7 +75,7 @@ def run(local_rank, settings):
             "world_size": world,
             "local_ranks": max(local, 1),
             "backend": "nccl" if gpu else "gloo",
-            "ifname": os.environ.get("NCCL_SOCKET_IFNAME" if gpu else "GLOO_SOCKET_IFNAME"),
+            "ifname": (os.environ.get("NCCL_SOCKET_IFNAME" if gpu else "GLOO_SOCKET_IFNAME") or "").lstrip("="),
             "latency_us": round(latency * 1e6, 1),
             "results": results,
         }

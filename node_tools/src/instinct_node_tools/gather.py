@@ -232,7 +232,8 @@ def section_fabric(settings):
     result = {"env_file": env_text is not None, "env": env_text or "", "nic": None, "timeouts": []}
     names = re.findall(r"^NCCL_SOCKET_IFNAME=(.+)$", env_text or "", re.MULTILINE)
     if names:
-        name = names[-1].strip().strip("\"'")
+        # A leading "=" asks RCCL for this exact name (no prefix match); the interface is the rest.
+        name = names[-1].strip().strip("\"'").lstrip("=")
         base = f"/sys/class/net/{name}"
         addresses = run(["ip", "-j", "-4", "addr", "show", "dev", name])
         try:

@@ -12,7 +12,14 @@ from tests.unit.conftest import ROOT
 ROLE = ROOT / "roles" / "fabric"
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
 EIGHT_RAILS = [f"mlx5_{n}:1" for n in (0, 1, 2, 3, 4, 5, 8, 9)]
-AMD = {"TORCH_NCCL_HIGH_PRIORITY", "GPU_MAX_HW_QUEUES", "HSA_NO_SCRATCH_RECLAIM", "RCCL_MSCCL_ENABLE"}
+AMD = {
+    "TORCH_NCCL_HIGH_PRIORITY",
+    "GPU_MAX_HW_QUEUES",
+    "HSA_NO_SCRATCH_RECLAIM",
+    "RCCL_MSCCL_ENABLE",
+    "NCCL_MIN_NCHANNELS",
+    "HIP_FORCE_DEV_KERNARG",
+}
 
 
 def arch_settings(**overrides):
@@ -26,6 +33,14 @@ def arch_settings(**overrides):
     ]
 
 
+def rdma_settings(**overrides):
+    """vars/main.yml's fabric_rdma_settings with the defaults' values."""
+    values = dict(DEFAULTS, **overrides)
+    table = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["fabric_rdma_settings"]
+    env = jinja2.Environment()  # noqa: S701 - settings, not HTML
+    return [dict(entry, value=env.from_string(entry["value"]).render(values)) for entry in table]
+
+
 def render(gfx_archs, hcas, gid_index="", extra=None, **overrides):
     node = {
         "ifname": "ens50f0",
@@ -35,6 +50,8 @@ def render(gfx_archs, hcas, gid_index="", extra=None, **overrides):
         "gid_index": gid_index,
         "gfx_archs": gfx_archs,
         "arch_settings": arch_settings(**overrides),
+        "rdma_settings": rdma_settings(**overrides),
+        "dmabuf_by_driver": dict(DEFAULTS["fabric_nccl_dmabuf_enable"], **overrides.get("dmabuf", {})),
         "alloc_conf": DEFAULTS["fabric_hip_alloc_conf"],
         "master_addr": "10.10.0.11",
         "master_port": 29500,
@@ -63,8 +80,15 @@ def test_an_eight_rail_mi300x_node_gets_every_hca_and_amds_settings():
         "GPU_MAX_HW_QUEUES": "2",
         "HSA_NO_SCRATCH_RECLAIM": "1",
         "RCCL_MSCCL_ENABLE": "0",
+        "NCCL_MIN_NCHANNELS": "112",
+        "HIP_FORCE_DEV_KERNARG": "1",
     }
-    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "ens50f0"
+    # "=": this interface only (RCCL matches prefixes otherwise); Gloo takes the name itself.
+    assert env["NCCL_SOCKET_IFNAME"] == "=ens50f0"
+    assert env["GLOO_SOCKET_IFNAME"] == "ens50f0"
+    # Rail-optimised: rings stay on their rail; ConnectX ports get DMA-BUF as cvs sets it.
+    assert env["NCCL_CROSS_NIC"] == "0"
+    assert env["NCCL_DMABUF_ENABLE"] == "1"
     # Every AMD setting says where it comes from, on the line above it.
     lines = text.splitlines()
     for name in AMD:
@@ -76,6 +100,8 @@ def test_a_cpu_node_gets_none_of_them():
     _text, env = render([], [])
     assert not AMD & set(env)
     assert "NCCL_IB_HCA" not in env and "NCCL_IB_GID_INDEX" not in env
+    # No RDMA port: nothing of the RDMA-only settings.
+    assert "NCCL_CROSS_NIC" not in env and "NCCL_DMABUF_ENABLE" not in env
     assert env["GLOO_SOCKET_IFNAME"] == "ens50f0" and env["MASTER_ADDR"] == "10.10.0.11"
 
 
@@ -96,3 +122,21 @@ def test_the_users_own_variables_win_with_one_line_per_name():
     assert env["HSA_NO_SCRATCH_RECLAIM"] == "0" and env["NCCL_DEBUG"] == "INFO"
     names = [line.split("=", 1)[0] for line in text.splitlines() if line and not line.startswith("#")]
     assert len(names) == len(set(names))
+
+
+def test_dma_buf_follows_the_ports_driver_as_cvs_sets_it():
+    pollara = [f"ionic_{n}:1" for n in range(8)]
+    thor2 = [f"bnxt_re{n}:1" for n in range(8)]
+    assert render(["gfx942"], pollara)[1]["NCCL_DMABUF_ENABLE"] == "0"
+    assert render(["gfx942"], thor2)[1]["NCCL_DMABUF_ENABLE"] == "1"
+    # A driver without a value, or ports of drivers that disagree: RCCL's own default.
+    assert "NCCL_DMABUF_ENABLE" not in render(["gfx942"], ["qedr0:1"])[1]
+    assert "NCCL_DMABUF_ENABLE" not in render(["gfx942"], ["mlx5_0:1", "ionic_0:1"])[1]
+    # An operator's value for a driver wins.
+    assert render(["gfx942"], pollara, dmabuf={"ionic": "1"})[1]["NCCL_DMABUF_ENABLE"] == "1"
+
+
+def test_no_login_shell_export_is_written_any_more():
+    tasks = (ROLE / "tasks" / "environment.yml").read_text()
+    assert not (ROLE / "templates" / "instinct-rccl.sh.j2").exists()
+    assert "state: absent" in tasks.split("Remove the login-shell export", 1)[1].split("- name:", 1)[0]
