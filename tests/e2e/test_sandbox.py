@@ -236,7 +236,7 @@ DRIFT = {
 }
 
 
-def file_state(host, path):
+def path_state(host, path):
     """(mode, sha1) of a path on a node; (None, None) when it is missing."""
     found = node(host, "sh", "-c", f"stat -c %a {path} && (sha1sum {path} 2>/dev/null || echo dir)", check=False)
     if found.returncode != 0:
@@ -296,7 +296,7 @@ def test_each_stage_alone_changes_nothing_but_the_files_changed_by_hand(converge
     writes it (and the handlers that task notifies), and write them back as they were; on every other
     node nothing changes, and every copy, template and file task compared its files there."""
     drifted = NODES[-1]
-    before = {path: file_state(drifted, path) for path in DRIFT}
+    before = {path: path_state(drifted, path) for path in DRIFT}
     assert all(mode for mode, _digest in before.values()), before
     change_by_hand(drifted)
     failures, unexpected, counted, found = {}, {}, {}, set()
@@ -338,7 +338,7 @@ def test_each_stage_alone_changes_nothing_but_the_files_changed_by_hand(converge
     assert counted == {}, counted
     # Each file changed by hand was found by the task that writes it and written again as it was.
     assert found == set(DRIFT), set(DRIFT) - found
-    assert {path: file_state(drifted, path) for path in DRIFT} == before
+    assert {path: path_state(drifted, path) for path in DRIFT} == before
     # And on every node the tasks that write them compared them (a converged node's copy and template
     # tasks run: what they would change, they change).
     assert unseen == {host: set() for host in NODES}, unseen
