@@ -74,6 +74,15 @@ def read_net_class(net_dir):
     return files
 
 
+def read_bonding_masters(net_dir):
+    """The bonding masters of ``/sys/class/net``: those its ``bonding_masters`` file lists (the bonding
+    driver writes it) and any interface with a ``bonding`` folder. Empty without bonds."""
+    masters = set((read_text(os.path.join(net_dir, "bonding_masters")) or "").split())
+    if os.path.isdir(net_dir):
+        masters.update(name for name in os.listdir(net_dir) if os.path.isdir(os.path.join(net_dir, name, "bonding")))
+    return sorted(masters)
+
+
 def pci_numa_nodes(pci_dir, addresses):
     """The NUMA node of each PCI address (``0c:00.0`` is taken as domain 0000); None when unknown."""
     nodes = []

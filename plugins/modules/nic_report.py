@@ -17,7 +17,8 @@ description:
     with PCI address, state, speed and NUMA node; the RDMA ports (O(class_dir)) on each, and those
     without a netdev (InfiniBand ports); the GPUs per NUMA node (from O(gpu_pci_addresses)).
   - Marks the ports RCCL would be given (C(NCCL_IB_HCA)), chosen as the fabric role chooses them (O(hcas),
-    else every active port but the ones on O(exclude_netdevs)), and warns for each NUMA node whose
+    else the fastest active ports of one link layer, one per GPU of O(gpu_pci_addresses), with no bond and
+    none on O(exclude_netdevs)), says which ports are left out and why, and warns for each NUMA node whose
     GPUs' nearest active port is left out.
   - Reports and never fails on the choice; the fabric role enforces it. A choice that would fail there is
     returned in RV(problem).
@@ -84,6 +85,12 @@ problem:
   description: Why the fabric role would refuse the choice; empty when it would not.
   returned: always
   type: str
+left_out:
+  description: The RDMA ports that are not rails, each with why (as M(instinct.finetune.rdma_ports) returns them).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"port": "mlx5_bond_0:1", "why": "a bond (bonded device): not a rail"}]
 gpus_by_numa:
   description: How many GPUs sit on each NUMA node (C(unknown) when the kernel does not say).
   returned: always
@@ -106,8 +113,7 @@ lines:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.instinct.finetune.plugins.module_utils.rdma import (
-    RdmaError,
-    choose_hcas,
+    choose_rails,
     netdevs_from_sysfs,
     nic_report,
     nic_report_lines,
@@ -115,6 +121,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils.rdma import (
 )
 from ansible_collections.instinct.finetune.plugins.module_utils.sysfs import (
     pci_numa_nodes,
+    read_bonding_masters,
     read_infiniband_class,
     read_net_class,
 )
@@ -136,11 +143,15 @@ def main():
     nics = netdevs_from_sysfs(read_net_class(params["net_dir"]))
     ports = ports_from_sysfs(read_infiniband_class(params["class_dir"]))
     gpu_numa = pci_numa_nodes(params["pci_dir"], params["gpu_pci_addresses"])
-    problem = ""
-    try:
-        hcas, _layer = choose_hcas(ports, params["hcas"], params["exclude_netdevs"])
-    except RdmaError as error:
-        hcas, problem = [], str(error)
+    choice = choose_rails(
+        ports,
+        params["hcas"],
+        params["exclude_netdevs"],
+        len(params["gpu_pci_addresses"]),
+        read_bonding_masters(params["net_dir"]),
+    )
+    problem = " ".join(choice["problems"])
+    hcas = [] if problem else choice["hcas"]
     report = nic_report(nics, ports, hcas, gpu_numa)
     module.exit_json(
         changed=False,
@@ -149,6 +160,7 @@ def main():
         numa_warnings=report["warnings"],
         hcas=hcas,
         problem=problem,
+        left_out=choice["left_out"],
         lines=nic_report_lines(report),
     )
 

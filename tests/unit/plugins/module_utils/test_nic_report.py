@@ -5,7 +5,7 @@ given, and the GPUs per NUMA node. RDMA ports come from real recordings (tests/f
 import json
 
 from ansible_collections.instinct.finetune.plugins.module_utils.rdma import (
-    choose_hcas,
+    choose_rails,
     netdevs_from_sysfs,
     nic_report,
     nic_report_lines,
@@ -65,7 +65,7 @@ def test_the_nics_of_a_net_tree_are_read_with_their_numa_node_and_a_down_link_ha
 def test_each_nic_shows_its_rdma_port_and_whether_rccl_gets_it():
     ports = oci_ports()
     nics = [{"name": n, "pci": "", "state": "UP", "numa_node": None, "speed_mbps": None} for n in ("eth0", "rdma0")]
-    hcas, _link_layer = choose_hcas(ports, exclude_netdevs=["eth0"])
+    hcas = choose_rails(ports, exclude_netdevs=["eth0"], gpus=8)["hcas"]
     report = nic_report(nics, ports, hcas, [0, 0, 0, 0, 1, 1, 1, 1])
     rows = {row["name"]: row for row in report["nics"]}
     assert rows["eth0"]["rdma"] == ["mlx5_4:1 ACTIVE Ethernet"] and rows["eth0"]["in_hcas"] is False
@@ -85,7 +85,7 @@ def test_gpus_whose_nearest_rails_are_left_out_are_warned_about_in_the_report():
 
 def test_infiniband_ports_without_a_netdev_are_rows_of_their_own_and_the_lines_show_them():
     ports = ports_from_sysfs(read_infiniband_class(str(H100_TREE)))
-    hcas, _link_layer = choose_hcas(ports, ["mlx5_[0-9]"])
+    hcas = choose_rails(ports, ["mlx5_[0-9]"])["hcas"]
     lines = nic_report_lines(nic_report([], ports, hcas, [None, None]))
     assert lines[0] == "NIC | PCI | state | speed | NUMA | RDMA ports"
     assert "mlx5_0:1 | - | ACTIVE | - | - | mlx5_0:1 ACTIVE InfiniBand, in NCCL_IB_HCA" in lines
@@ -99,8 +99,10 @@ def test_the_module_reports_and_does_not_fail_on_a_choice_the_fabric_role_would_
             "gpu_pci_addresses": ["01:00.0"]}  # fmt: skip
     rc, result = run_module("nic_report", json.dumps(args))
     assert rc == 0, result
-    # Every active port: InfiniBand rails and the Ethernet bond, which the fabric role refuses.
-    assert result["hcas"] == [] and "mix link layers" in result["problem"]
+    # Eight InfiniBand rails (the Ethernet bond left out) for the one GPU listed: the fabric role refuses.
+    assert result["hcas"] == [] and result["problem"].startswith("8 RDMA rail(s) at 400 Gb/s (mlx5_0:1, ")
+    assert "for 1 GPUs" in result["problem"] and "mlx5_bond_0:1: a bond" in result["problem"]
+    assert result["left_out"] == [{"port": "mlx5_bond_0:1", "why": "a bond (bonded device): not a rail"}]
     assert result["nics"][0]["name"] == "eno1" and result["gpus_by_numa"] == {"0": 1}
     assert result["changed"] is False and result["lines"][1].startswith("eno1 | 0000:01:00.0 | UP | 1 Gb/s | 0 | none")
 

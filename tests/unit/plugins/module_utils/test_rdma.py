@@ -5,7 +5,7 @@ import pytest
 
 from ansible_collections.instinct.finetune.plugins.module_utils.rdma import (
     RdmaError,
-    choose_hcas,
+    choose_rails,
     gid_index_problems,
     gids_from_show_gids,
     nearest_port_warnings,
@@ -40,26 +40,37 @@ def test_a_recorded_h100_tree_has_eight_infiniband_rails_and_an_ethernet_bond():
     assert bond["device"] == "mlx5_bond_0"
 
 
-def test_active_ports_of_both_link_layers_are_refused_naming_them_and_a_pattern_picks_the_rails():
+def test_the_bond_is_left_out_of_the_recorded_tree_and_a_pattern_picks_the_same_rails():
     ports = ports_from_sysfs(tree(H100_TREE))
-    with pytest.raises(RdmaError, match=r"mix link layers \(Ethernet: mlx5_bond_0:1; InfiniBand: mlx5_0:1, ") as err:
-        choose_hcas(ports)
-    assert "fabric_rdma_hcas" in str(err.value) and "docs/runbooks/fabric-bandwidth.md" in str(err.value)
-    hcas, layer = choose_hcas(ports, ["mlx5_[0-9]"])
-    assert len(hcas) == 8 and layer == "InfiniBand" and "mlx5_bond_0:1" not in hcas
+    assert [p["rate_gbps"] for p in ports] == [400] * 8 + [200]  # "400 Gb/sec (4X NDR)", "200 Gb/sec (2X NDR)"
+    choice = choose_rails(ports, gpus=8)
+    assert choice["hcas"] == [f"mlx5_{n}:1" for n in (0, 1, 4, 5, 6, 7, 8, 9)] and choice["problems"] == []
+    assert (choice["link_layer"], choice["rate_gbps"]) == ("InfiniBand", 400)
+    assert choice["left_out"] == [{"port": "mlx5_bond_0:1", "why": "a bond (bonded device): not a rail"}]
+    listed = choose_rails(ports, ["mlx5_[0-9]"])
+    assert listed["hcas"] == choice["hcas"] and listed["link_layer"] == "InfiniBand"
+    assert listed["left_out"] == [{"port": "mlx5_bond_0:1", "why": "not in fabric_rdma_hcas"}]
     # InfiniBand: no RoCE GID index.
-    assert roce_gid_index([p for p in ports if f"{p['device']}:{p['port']}" in hcas]) is None
+    assert roce_gid_index([p for p in ports if f"{p['device']}:{p['port']}" in choice["hcas"]]) is None
+    # Named by the operator, the bond joins and the link layers mix: refused, naming them.
+    (problem,) = choose_rails(ports, ["mlx5_*"])["problems"]
+    assert "mix link layers (Ethernet: mlx5_bond_0:1; InfiniBand: mlx5_0:1, " in problem
+    assert "fabric_rdma_hcas" in problem and "docs/runbooks/fabric-bandwidth.md" in problem
 
 
 def test_eight_roce_rails_with_the_management_port_left_out_and_the_down_port_skipped():
     ports = ports_from_rdma_link(text("rdma-link_oci-gpu-node_10x-mlx5_1down.txt"))
     assert len(ports) == 10 and [p["state"] for p in ports].count("DOWN") == 1
-    hcas, layer = choose_hcas(ports, exclude_netdevs=["eth0"])
-    assert hcas == ["mlx5_0:1", "mlx5_1:1", "mlx5_2:1", "mlx5_3:1", "mlx5_5:1", "mlx5_6:1", "mlx5_7:1", "mlx5_8:1"]
-    assert layer == "Ethernet"
+    choice = choose_rails(ports, exclude_netdevs=["eth0"], gpus=8)
+    assert choice["hcas"] == [f"mlx5_{n}:1" for n in (0, 1, 2, 3, 5, 6, 7, 8)] and choice["problems"] == []
+    assert (choice["link_layer"], choice["rate_gbps"]) == ("Ethernet", None)  # rdma link gives no rate
+    assert choice["left_out"] == [
+        {"port": "mlx5_4:1", "why": "the management NIC's port (netdev eth0)"},
+        {"port": "mlx5_9:1", "why": "not active (DOWN)"},
+    ]
     # Asked for by name, a down port is refused before any launch.
-    with pytest.raises(RdmaError, match=r"not active: mlx5_9:1 \(DOWN\)"):
-        choose_hcas(ports, ["mlx5_8", "mlx5_9"])
+    (problem,) = choose_rails(ports, ["mlx5_8", "mlx5_9"])["problems"]
+    assert "not active: mlx5_9:1 (DOWN)" in problem
 
 
 @pytest.mark.parametrize(
@@ -71,24 +82,26 @@ def test_eight_roce_rails_with_the_management_port_left_out_and_the_down_port_sk
     ],
 )
 def test_every_active_port_is_chosen_and_a_down_one_is_not(name, expected):
-    hcas, layer = choose_hcas(ports_from_rdma_link(text(name)))
-    assert hcas == expected and layer == "Ethernet"
+    choice = choose_rails(ports_from_rdma_link(text(name)))
+    assert choice["hcas"] == expected and choice["link_layer"] == "Ethernet" and choice["problems"] == []
+    assert all(entry["why"].startswith("not active (DOWN)") for entry in choice["left_out"])
 
 
 def test_a_recorded_mix_of_infiniband_and_roce_ports_is_refused():
     ports = ports_from_rdma_link(text("rdma-link_openshift-doc_10x-mlx5_ib-and-roce_mixed-down.txt"))
     assert {p["link_layer"] for p in ports if p["state"] == "ACTIVE"} == {"", "InfiniBand", "Ethernet"}
-    with pytest.raises(RdmaError, match="mix link layers"):
-        choose_hcas(ports)
+    (problem,) = choose_rails(ports)["problems"]
+    assert "mix link layers" in problem
     # The one RoCE port, asked for, is fine.
-    assert choose_hcas(ports, ["mlx5_7:1"]) == (["mlx5_7:1"], "Ethernet")
+    choice = choose_rails(ports, ["mlx5_7:1"])
+    assert (choice["hcas"], choice["link_layer"], choice["problems"]) == (["mlx5_7:1"], "Ethernet", [])
 
 
 def test_a_node_without_rdma_keeps_sockets_and_one_with_every_port_down_fails():
-    assert choose_hcas([]) == ([], "")
+    assert choose_rails([], gpus=8) == {"hcas": [], "rate_gbps": None, "link_layer": "", "left_out": [], "problems": []}
     ports = [p for p in ports_from_rdma_link(text("rdma-link_oci-gpu-node_10x-mlx5_1down.txt")) if p["state"] == "DOWN"]
-    with pytest.raises(RdmaError, match=r"none is active and usable \(mlx5_9:1 DOWN\)"):
-        choose_hcas(ports)
+    (problem,) = choose_rails(ports)["problems"]
+    assert "none is active and usable (mlx5_9:1 DOWN)" in problem
 
 
 def test_the_gid_index_is_the_roce_v2_entry_with_an_ipv4_address():
@@ -135,7 +148,7 @@ def test_gpus_whose_nearest_port_is_left_out_are_warned_about():
     for index, port in enumerate(ports):
         port["numa_node"] = 0 if index < 5 else 1
     gpus = [0, 0, 0, 0, 1, 1, 1, 1]
-    hcas, _link_layer = choose_hcas(ports, exclude_netdevs=["eth0"])
+    hcas = choose_rails(ports, exclude_netdevs=["eth0"])["hcas"]
     assert nearest_port_warnings(ports, hcas, gpus) == []
     (warning,) = nearest_port_warnings(ports, ["mlx5_0:1", "mlx5_1:1"], gpus)
     assert warning.startswith("4 GPU(s) on NUMA node 1: their nearest active RDMA port(s) mlx5_5:1, mlx5_6:1, ")
