@@ -573,7 +573,7 @@ def _port_problems(node, name, port, rate_gbps, gid_index):
     return problems
 
 
-def verbs_check(devices, hcas, rate_gbps=None, gid_index="", node=""):
+def verbs_check(devices, hcas, rate_gbps=None, gid_index="", *, node="", said=None):  # noqa: PLR0913 - each is asked for
     """Whether every port of ``hcas`` (``NCCL_IB_HCA``: devices, globs or ``dev:port``) is what RCCL
     needs, as the verbs library sees it (``devices``: :func:`parse_ibv_devinfo` of ``ibv_devinfo -v``):
     listed (a device the kernel has but libibverbs lacks a provider for is not), ACTIVE, at
@@ -581,7 +581,9 @@ def verbs_check(devices, hcas, rate_gbps=None, gid_index="", node=""):
     a RoCE v2 GID at that index.
 
     Returns ``{"ports": [{"port", "seen", "state", "link_layer", "rate_gbps", "gid", "ok"}],
-    "problems": [...]}``; each problem names ``node``, the port, what was found, the fix and the runbook."""
+    "problems": [...]}``; each problem names ``node``, the port, what was found, the fix and the runbook.
+    ``said``: ibv_devinfo's stderr lines (libibverbs' warnings about a provider it could not load),
+    quoted where a port is not seen."""
     verdicts, problems, done = [], [], set()
     for wanted in [str(h) for h in hcas or [] if str(h)]:
         matched = [(f"{d['device']}:{p['port']}", p) for d in devices or [] for p in d["ports"]
@@ -589,10 +591,11 @@ def verbs_check(devices, hcas, rate_gbps=None, gid_index="", node=""):
         if not matched:
             verdicts.append({"port": wanted, "seen": False, "state": "", "link_layer": "", "rate_gbps": None,
                              "gid": None, "ok": False})  # fmt: skip
+            quoted = f"; it said: {' | '.join(said[-3:])}" if said else ""
             problems.append(
                 f"{node}: RDMA port {wanted} is not seen by the verbs library (ibv_devinfo lists "
-                f"{_verbs_listing(devices or [])}): the kernel has no such port, or libibverbs has no provider for "
-                f"its device. Install the NIC vendor's verbs library (DOCA/MLNX_OFED for ConnectX, Broadcom's "
+                f"{_verbs_listing(devices or [])}{quoted}): the kernel has no such port, or libibverbs has no provider "
+                f"for its device. Install the NIC vendor's verbs library (DOCA/MLNX_OFED for ConnectX, Broadcom's "
                 f"libbnxt_re for Thor, AMD's libionic1 for Pollara) or the distribution's ibverbs-providers, or fix "
                 f"fabric_rdma_hcas. See {RUNBOOK}"
             )
