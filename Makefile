@@ -25,8 +25,9 @@ e2e:          ## the sandbox cluster end to end: site.yml, a re-run, a killed ra
 sandbox:      ## the main job: site.yml on the local sandbox cluster
 	bash scripts/sandbox.sh
 
-bench:        ## benchmarks that print figures against their targets
-	bash scripts/bootstrap-venv.sh && .venv/bin/python bench/bench_probes.py && .venv/bin/python bench/bench_watch.py
+bench:        ## benchmarks that print figures against their targets (and the all-reduce gate's floors by fabric)
+	bash scripts/bootstrap-venv.sh && .venv/bin/python bench/bench_probes.py && .venv/bin/python bench/bench_watch.py && \
+	  .venv/bin/python bench/bench_fabric_gate.py
 
 bench-sandbox: ## wall time of site.yml on the sandbox cluster by stage (BENCH_ARGS=--fresh for a first run)
 	bash scripts/bootstrap-venv.sh && bash scripts/ensure-docker.sh && \
