@@ -100,7 +100,7 @@ def userspace_plan(packages, stacks, rdma_devices, wanted=DISTRIBUTION_PACKAGES,
     elif not dpkg:
         reason, install = "the node has no dpkg: install the verbs stack with the node's own package manager", False
     elif not rdma_devices:
-        reason, install = "the node has no RDMA device; RCCL uses sockets", False
+        reason, install = "the node has no RDMA device, so it needs no verbs stack", False
     elif not missing:
         reason, install = "the distribution's verbs stack is installed", False
     else:

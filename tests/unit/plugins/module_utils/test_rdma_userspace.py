@@ -67,7 +67,7 @@ def test_a_node_without_rdma_devices_or_dpkg_installs_nothing():
     found = packages("dpkg-l_ubuntu22.04-rdma-core-39_no-utils_baige-doc.txt")
     plan = userspace_plan(found, [], [])
     assert plan["install_distribution_stack"] is False and plan["missing"] == ["rdma-core", "ibverbs-utils"]
-    assert plan["reason"] == "the node has no RDMA device; RCCL uses sockets"
+    assert plan["reason"] == "the node has no RDMA device, so it needs no verbs stack"
     assert userspace_plan({}, [], CONNECTX, dpkg=False)["install_distribution_stack"] is False
 
 
