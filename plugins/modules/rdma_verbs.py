@@ -208,13 +208,15 @@ def main():
         )
     out = proc.stdout.decode("utf-8", errors="replace")
     err = [line for line in proc.stderr.decode("utf-8", errors="replace").splitlines() if line.strip()]
+    nothing = dict(empty)
+    nothing["said"] = err
     try:
         devices = parse_ibv_devinfo(out)
     except IbvDevinfoError as error:
-        module.fail_json(msg=f"{node}: {error}", rdma=False, ibv_devinfo_path=path, **dict(empty, said=err))
+        module.fail_json(msg=f"{node}: {error}", rdma=False, ibv_devinfo_path=path, **nothing)
     if not devices and not hcas:
         # "No IB devices found" (stderr, exit 255): a node whose RCCL uses sockets.
-        module.exit_json(rdma=False, msg="no RDMA ports", ibv_devinfo_path=path, **dict(empty, said=err))
+        module.exit_json(rdma=False, msg="no RDMA ports", ibv_devinfo_path=path, **nothing)
     check = verbs_check(devices, hcas, params["rate_gbps"], params["gid_index"], node=node, said=err)
     seen = sum(len(device["ports"]) for device in devices)
     module.exit_json(
