@@ -215,8 +215,9 @@ def test_site_yml_in_check_mode_passes_on_nodes_before_their_first_run(site):
         shown = " ".join(str(d["msg"]) for d in check.debug)
         for host in NODES:
             assert f"check mode on {host}: {VENV} does not exist yet and neither does the account instinct" in shown
-            assert f"check mode on {host}: ROCm's rocminfo is not installed yet" in shown
+            assert f"check mode on {host}: the rocm stage has not recorded the GPUs yet" in shown
         assert f"so job {JOB} is not predicted on any node" in shown
+        assert f"check mode: job {JOB} has no record on" in shown and "its evaluation is not predicted" in shown
         # Nothing ran in a venv that is not there, and nothing was launched.
         assert check.ran("Install the PyTorch family from the wheel index") == []
         assert check.ran("Start every rank at once (torchrun waits at the master for the others)") == []
