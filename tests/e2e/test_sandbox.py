@@ -36,22 +36,26 @@ def complete_checkpoints(host, job):
 
 
 def run_job(name, settings):
-    """finetune + evaluate of one more job on the sandbox (evaluate.yml runs the finetune role first)."""
+    """finetune.yml, then evaluate.yml run alone (it reads the job's record the finetune stage wrote
+    on the nodes), of one more job on the sandbox. The first run that fails is returned."""
     for host in NODES:
         node(host, "systemctl", "stop", f"instinct-finetune-{name}.service", check=False)
         node(host, "rm", "-rf", f"{JOB_ROOT}/{name}", f"/var/log/instinct-finetune/{name}")
     extra = " ".join(f"-e {key}={value}" for key, value in {"finetune_job_name": name, **settings}.items())
-    result = sandbox.run_playbook(
-        "evaluate.yml",
-        cmdline=sandbox.site_cmdline(extra),
-        extravars={"finetune_collect_dir": str(sandbox.collect_dir()), "finetune_progress_interval": ROUND_SECONDS},
-    )
-    sandbox.write_report(name, result)
+    for playbook in ("finetune.yml", "evaluate.yml"):
+        result = sandbox.run_playbook(
+            playbook,
+            cmdline=sandbox.site_cmdline(extra),
+            extravars={"finetune_collect_dir": str(sandbox.collect_dir()), "finetune_progress_interval": ROUND_SECONDS},
+        )
+        sandbox.write_report(f"{name}-{playbook.removesuffix('.yml')}", result)
+        if result.rc != 0:
+            break
     return result
 
 
 def training_processes(host):
-    out = node(host, "pgrep", "-af", "torchrun|instinct_finetune_launch", check=False)
+    out = node(host, "pgrep", "-af", "torchrun|instinct_node_tools.launch", check=False)
     return [line for line in out.stdout.splitlines() if "pgrep" not in line]
 
 
@@ -112,8 +116,9 @@ def test_every_rank_exported_its_progress_for_the_textfile_collector(collected):
         labels = re.search(r"^instinct_finetune_step\{([^}]*)\}", text, re.M).group(1)
         assert f'finetune_job="{JOB}"' in labels and f'rank="{rank}"' in labels and f'node_rank="{rank}"' in labels
         assert float(samples["instinct_finetune_step"]) == float(samples["instinct_finetune_total_steps"]) == 40
-        assert samples["instinct_finetune_running"] == "0"
-        assert samples["instinct_finetune_world_size"] == "2"
+        # prometheus_client writes every value as a float.
+        assert float(samples["instinct_finetune_running"]) == 0
+        assert float(samples["instinct_finetune_world_size"]) == 2
         assert abs(float(samples["instinct_finetune_loss"]) - last_loss) < 1e-3
         assert float(samples["instinct_finetune_tokens_per_second"]) > 0
         assert float(samples["instinct_finetune_input_tokens_total"]) > 0
@@ -330,7 +335,7 @@ def test_each_stage_alone_changes_nothing_but_the_files_changed_by_hand(converge
             assert len(alone.plays) == len(NODES), alone.plays
         if playbook == "fabric.yml":
             # Read again, not inherited: the env file keeps the arch's settings (not rewritten without them).
-            assert alone.ran("Read the GPUs' archs when this run has not") == NODES
+            assert alone.ran("Read the stage records on the node") == NODES
         if playbook == "finetune.yml":
             assert any("skip (finished on every node)" in str(d["msg"]) for d in alone.debug)
     assert failures == {}
@@ -469,7 +474,7 @@ STALL_MINUTES = 2
 FAULT = f"{FAULT_SETTINGS} -e finetune_stall_minutes={STALL_MINUTES}"
 # The watching plays' round (run_in_thread's finetune_progress_interval).
 ROUND_SECONDS = 5
-WORKER = "python[0-9.]* -u .*instinct_finetune_launch.py"  # torchrun's worker: python -u .../launch.py
+WORKER = "python[0-9.]* -u -m instinct_node_tools.launch"  # torchrun's worker of the node tools' launcher
 
 
 def kill_after_the_first_checkpoint():
