@@ -368,3 +368,8 @@ def main(argv):
 
 def cli():
     return main(sys.argv)
+
+
+if __name__ == "__main__":
+    # python -m instinct_node_tools.gather: how the diagnose role runs it from the wheel, installing nothing.
+    sys.exit(cli())

@@ -96,3 +96,7 @@ def main(argv=None):
     else:
         print(json.dumps(probe()))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
