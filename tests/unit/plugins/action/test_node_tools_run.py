@@ -32,7 +32,8 @@ def run(tmp_path, extra=None, check=False, playbook_text=PLAYBOOK):
         **(extra or {}),
     }
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               ANSIBLE_NOCOLOR="1", HOME=str(tmp_path / "home"), ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")  # fmt: skip
+               ANSIBLE_NOCOLOR="1", HOME=str(tmp_path / "home"),
+               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")  # fmt: skip
     playbook = Path(sys.executable).parent / "ansible-playbook"
     argv = [str(playbook) if playbook.exists() else "ansible-playbook", "-i", "localhost,", "-c", "local",
             str(tmp_path / "play.yml"), "-e", json.dumps(extravars), *(["--check"] if check else [])]  # fmt: skip
