@@ -55,13 +55,8 @@ options:
         description: The sha256 of the file pip installs (one hash; a wheel for every platform).
         type: str
         required: true
-  source:
-    description: The node tools project folder; by default the one in this collection.
-    type: path
-  cache_dir:
-    description: Where the controller keeps built wheels.
-    type: path
-    default: ~/.cache/instinct-finetune/node-tools
+extends_documentation_fragment:
+  - instinct.finetune.node_tools_wheel
 attributes:
   check_mode:
     support: full

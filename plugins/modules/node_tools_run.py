@@ -35,13 +35,8 @@ options:
     description: The node's interpreter that runs it (the tool must need only the standard library).
     type: path
     default: /usr/bin/python3
-  source:
-    description: The node tools project folder; by default the one in this collection.
-    type: path
-  cache_dir:
-    description: Where the controller keeps built wheels.
-    type: path
-    default: ~/.cache/instinct-finetune/node-tools
+extends_documentation_fragment:
+  - instinct.finetune.node_tools_wheel
 attributes:
   check_mode:
     support: full
