@@ -33,8 +33,10 @@ def table(defaults=None):
     """The rows: (fabric, nodes, floor dict)."""
     settings = defaults or yaml.safe_load((ROOT / "roles" / "fabric" / "defaults" / "main.yml").read_text())
     gate = settings["fabric_allreduce_thresholds"]
-    rows = [("one node (xGMI)", 1, fabric_floor("AMD Instinct MI300X", 1, 8, [], "", gate["references"],
-                                                 gate["efficiency"], gate["size_bytes"]))]  # fmt: skip
+    one_node = fabric_floor(
+        "AMD Instinct MI300X", 1, 8, [], "", gate["references"], gate["efficiency"], gate["size_bytes"]
+    )
+    rows = [("one node (xGMI)", 1, one_node)]
     for label, model, hcas, rate in FABRICS:
         for nodes in (2, 8):
             floor = fabric_floor(model, nodes, 8, [rate] * len(hcas), nic_model(hcas), gate["references"],

@@ -100,6 +100,19 @@ def test_the_all_reduce_ran_master_first_across_both_nodes_over_the_fabric_nic(c
         assert all(r["busbw_gbps"] > 0 and r["time_ms"] > 0 for r in results)
 
 
+def test_the_verbs_check_finds_no_rdma_ports_and_rccl_is_left_on_sockets(converged):
+    """A container has no RDMA device: the verbs check says so on every node instead of failing, nothing
+    goes into NCCL_IB_HCA, and the RCCL INFO-log proof is skipped on Gloo ranks, saying why."""
+    shown = debug_messages(converged, "Say that RCCL uses sockets on a node without RDMA ports")
+    assert sorted(shown) == NODES, converged.debug
+    nics = {host: shown_["ifname"] for host, shown_ in figures(converged).items()}
+    for host, msg in shown.items():
+        assert msg == f"{host}: no RDMA ports; RCCL uses sockets over {nics[host]}", msg
+        assert "NCCL_IB_HCA" not in env_file(host)
+    skipped = debug_messages(converged, "Say why RCCL's INFO log is not checked on ranks without a GPU")
+    assert len(skipped) == 1 and "the ranks run Gloo over CPU" in next(iter(skipped.values()))
+
+
 def test_site_yml_ran_on_apt_lists_that_were_empty_and_new(converged):
     # The session emptied /var/lib/apt/lists just before site.yml (fresh_apt): a check by age
     # would have trusted them.

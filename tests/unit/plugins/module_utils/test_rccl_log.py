@@ -47,8 +47,8 @@ def ib(index, name, layer, port=1):
 
 
 def test_every_recording_is_covered_here():
-    assert {p.name for p in INIT_LOGS} == {p.name for p in (IB_ROCE_DMABUF, ROCE_NO_GDR, AZURE, BNXT_UCX,
-                                                          SOCKET_LUMI, SOCKET_163)}  # fmt: skip
+    covered = (IB_ROCE_DMABUF, ROCE_NO_GDR, AZURE, BNXT_UCX, SOCKET_LUMI, SOCKET_163)
+    assert {p.name for p in INIT_LOGS} == {p.name for p in covered}
 
 
 def test_ib_and_roce_with_gdr_and_dmabuf_is_read_whole():
