@@ -12,6 +12,7 @@ import argparse
 import glob
 import json
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -117,14 +118,35 @@ def collect_gpus(args, run):
     return bool(source)
 
 
+# A rank file is a few hundred bytes; the folder belongs to the training account, whose files root
+# reads here: no link, no FIFO or device, nothing larger than this.
+RANK_FILE_MAX_BYTES = 1 << 20
+
+
+def read_rank_file(path):
+    """A rank's progress file as text, read the way root may read a file another account owns: not
+    through a link (O_NOFOLLOW), never blocking on a FIFO (O_NONBLOCK, then a regular file only), at
+    most RANK_FILE_MAX_BYTES, undecodable bytes replaced (the parser drops such lines)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size > RANK_FILE_MAX_BYTES:
+            raise ValueError(f"{info.st_size} bytes, more than a rank file's {RANK_FILE_MAX_BYTES}")
+        data = os.read(fd, RANK_FILE_MAX_BYTES + 1)[:RANK_FILE_MAX_BYTES]
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", errors="replace")
+
+
 def collect_finetune(args):
     target = os.path.join(args.textfile_dir, "instinct_finetune.prom")
     texts = []
     for path in sorted(glob.glob(args.finetune_glob)):
         try:
-            with open(path, encoding="utf-8") as handle:
-                texts.append(handle.read())
-        except OSError as error:
+            texts.append(read_rank_file(path))
+        except (OSError, ValueError) as error:
             log(f"cannot read {path}: {error}")
     # Parsed and written again by prometheus_client: only well-formed samples of the progress
     # metrics' names reach node exporter, one HELP/TYPE per family across every rank and job.

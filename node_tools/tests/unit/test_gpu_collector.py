@@ -2,6 +2,7 @@
 amd-smi and rocm-smi stood in for by scripts that print the real recordings (or fail): see
 ``GpuNode`` in node_tools/tests/conftest.py."""
 
+import os
 import re
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -94,3 +95,25 @@ def test_with_amds_exporter_serving_the_gpus_only_the_expected_count_is_written(
     log, text = gpu_node.collect(rocm_smi, gpu_node.missing("no-amd-smi"), "--skip-gpus")
     assert log == ""
     assert [line for line in text.splitlines() if not line.startswith("#")] == ["instinct_gpu_expected_count 8.0"]
+
+
+def test_root_reads_no_link_fifo_oversized_or_undecodable_rank_file(gpu_node, tmp_path):
+    """The metrics folder belongs to the training account; the collector runs as root. A link to a
+    root-only file, a FIFO, a huge file and bytes that are not UTF-8 must neither leak, hang nor stop the
+    merge: the well-formed rank still gets through."""
+    rocm_smi = gpu_node.recorded_rocm_smi()
+    metrics = gpu_node.jobs / "a" / "metrics"
+    good = 'instinct_finetune_step{finetune_job="a",rank="0",local_rank="0",node_rank="0"} 9\n'
+    (metrics / "rank0.prom").write_text("# TYPE instinct_finetune_step gauge\n" + good)
+    secret = tmp_path / "secrets.env"
+    secret.write_text('instinct_finetune_step{finetune_job="a",rank="1",local_rank="0",node_rank="0"} 77\n')
+    (metrics / "rank1.prom").symlink_to(secret)
+    os.mkfifo(metrics / "rank2.prom")
+    (metrics / "rank3.prom").write_bytes(b"instinct_finetune_step" + b"\xff\xfe" * 10 + b" 1\n")
+    (metrics / "rank4.prom").write_text("#" * (2 << 20))
+    said, _gpu = gpu_node.collect(rocm_smi, gpu_node.missing("no-amd-smi"))
+    merged = (gpu_node.textfile / "instinct_finetune.prom").read_text()
+    rank0 = {"finetune_job": "a", "rank": "0", "local_rank": "0", "node_rank": "0"}
+    assert samples(merged) == {("instinct_finetune_step", frozenset(rank0.items())): 9}
+    assert "77" not in merged
+    assert "rank1.prom" in said and "rank2.prom" in said and "rank4.prom" in said, said
