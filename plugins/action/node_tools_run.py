@@ -47,9 +47,14 @@ class ActionModule(ActionBase):
             self._fixup_perms2((remote_tmp, remote_wheel))
             argv = ["env", "PYTHONPATH=" + remote_wheel, args.get("python") or "/usr/bin/python3", "-m", module]
             argv += [str(arg) for arg in args.get("argv") or []]
-            done = self._execute_module(
-                module_name="ansible.builtin.command", module_args={"argv": argv}, task_vars=task_vars
-            )
+            # The tools it runs only read: they run in check mode too (the command module would skip).
+            check_mode, self._task.check_mode = self._task.check_mode, False
+            try:
+                done = self._execute_module(
+                    module_name="ansible.builtin.command", module_args={"argv": argv}, task_vars=task_vars
+                )
+            finally:
+                self._task.check_mode = check_mode
         finally:
             self._remove_tmp_path(remote_tmp)
         for key in ("rc", "stdout", "stderr", "stdout_lines", "stderr_lines", "msg", "failed", "cmd"):

@@ -33,15 +33,19 @@ PLAYBOOK = f"""\
 """
 
 
-def run_check(tmp_path, log, hcas, nodes=1, dmabuf=""):
-    """Run the task file on ``nodes`` local hosts, each reading ``log`` as its RCCL INFO log."""
+def run_check(tmp_path, log, hcas, nodes=1, dmabuf="", extra_log_link=None, verbose=False):
+    """Run the task file on ``nodes`` local hosts, each reading ``log`` as its RCCL INFO log (and,
+    with ``extra_log_link``, a second "log" that is a link to that file)."""
     logs = tmp_path / "logs"
     logs.mkdir()
     shutil.copy(log, logs / "rccl-init.node1.1234.log")
+    if extra_log_link:
+        (logs / "rccl-init.node1.9999.log").symlink_to(extra_log_link)
     hosts = [f"node{i}" for i in range(1, nodes + 1)]
     (tmp_path / "play.yml").write_text(PLAYBOOK)
     extravars = {
         "ansible_connection": "local",
+        "ansible_become": False,  # the read runs as instinct_user; here as the test's own user
         "ansible_python_interpreter": sys.executable,
         "fabric_log_dir": str(logs),
         "fabric_ifname": "eth1",
@@ -55,7 +59,7 @@ def run_check(tmp_path, log, hcas, nodes=1, dmabuf=""):
     playbook = Path(sys.executable).parent / "ansible-playbook"
     proc = subprocess.run(
         [str(playbook) if playbook.exists() else "ansible-playbook", "-i", ",".join(hosts) + ",",
-         str(tmp_path / "play.yml"), "-e", json.dumps(extravars)],
+         str(tmp_path / "play.yml"), "-e", json.dumps(extravars), *(["-v"] if verbose else [])],
         capture_output=True, text=True, env=env, check=False, cwd=ROOT, timeout=300,
     )  # fmt: skip
     return proc, " ".join(proc.stdout.split())
@@ -100,3 +104,15 @@ def test_roce_without_gpu_direct_fails_across_nodes(tmp_path):
     assert proc.returncode != 0
     assert "node1: hostname1 pid 25668 (GPU 0, rank 0): RCCL runs without GPU Direct RDMA for HCA mlx5_0, mlx5_1" in out
     assert "node2: hostname1 pid 25668" in out, out[-3000:]
+
+
+def test_a_link_in_the_log_folder_is_not_followed(tmp_path):
+    """The log folder belongs to the training account: a link there to a file it cannot read must not
+    bring that file into the play's output (root would read it)."""
+    secret = tmp_path / "secret"
+    secret.write_text("NET/IB : Using [0]mlx5_9:1/RoCE; HF_TOKEN=hf_secret\n")
+    # -v prints what the read task returned, as an operator's verbose run (or a log) would keep it.
+    proc, out = run_check(tmp_path, SOCKET, hcas=[], extra_log_link=secret, verbose=True)
+    assert proc.returncode == 0, out[-3000:]
+    # The real log was read (its process is shown); the linked file was not.
+    assert "nid007971 pid 55487" in out and "hf_secret" not in out, out[-3000:]

@@ -63,7 +63,9 @@ def test_a_tool_runs_from_the_wheel_and_nothing_stays_on_the_node(tmp_path):
 def test_it_reads_in_check_mode_too(tmp_path):
     proc = run(tmp_path, check=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert result(proc)["rc"] == 0
+    got = result(proc)
+    # It ran (the command module alone would have skipped it in check mode and printed nothing).
+    assert got["rc"] == 0 and str(tmp_path) in json.dumps(got["out"]["disk"]), got
 
 
 def test_only_the_node_tools_modules_can_be_run(tmp_path):
