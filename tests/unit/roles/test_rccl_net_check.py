@@ -33,14 +33,14 @@ PLAYBOOK = f"""\
 """
 
 
-def run_check(tmp_path, log, hcas, nodes=1, dmabuf="", extra_log_link=None, verbose=False):
+def run_check(tmp_path, log, hcas, nodes=1, dmabuf="", **options):
     """Run the task file on ``nodes`` local hosts, each reading ``log`` as its RCCL INFO log (and,
     with ``extra_log_link``, a second "log" that is a link to that file)."""
     logs = tmp_path / "logs"
     logs.mkdir()
     shutil.copy(log, logs / "rccl-init.node1.1234.log")
-    if extra_log_link:
-        (logs / "rccl-init.node1.9999.log").symlink_to(extra_log_link)
+    if options.get("extra_log_link"):
+        (logs / "rccl-init.node1.9999.log").symlink_to(options["extra_log_link"])
     hosts = [f"node{i}" for i in range(1, nodes + 1)]
     (tmp_path / "play.yml").write_text(PLAYBOOK)
     extravars = {
@@ -59,7 +59,7 @@ def run_check(tmp_path, log, hcas, nodes=1, dmabuf="", extra_log_link=None, verb
     playbook = Path(sys.executable).parent / "ansible-playbook"
     proc = subprocess.run(
         [str(playbook) if playbook.exists() else "ansible-playbook", "-i", ",".join(hosts) + ",",
-         str(tmp_path / "play.yml"), "-e", json.dumps(extravars), *(["-v"] if verbose else [])],
+         str(tmp_path / "play.yml"), "-e", json.dumps(extravars), *(["-v"] if options.get("verbose") else [])],
         capture_output=True, text=True, env=env, check=False, cwd=ROOT, timeout=300,
     )  # fmt: skip
     return proc, " ".join(proc.stdout.split())
