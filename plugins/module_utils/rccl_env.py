@@ -32,6 +32,9 @@ def rccl_env_settings(node):
     add("GLOO_SOCKET_IFNAME", node["ifname"])
     add("NCCL_DEBUG", node.get("nccl_debug") or "WARN")
     hcas = list(node.get("hcas") or [])
+    if not hcas:
+        # Without it RCCL opens every RDMA device it finds itself (management and bond ports included).
+        add("NCCL_IB_DISABLE", "1", "no RDMA port is chosen for RCCL on this node: sockets only")
     if hcas:
         # "=": exact names; without it RCCL matches prefixes (mlx5_1 would take mlx5_10 to mlx5_19 too).
         add("NCCL_IB_HCA", "=" + ",".join(hcas), f"every active RDMA port of the node ({len(hcas)})")

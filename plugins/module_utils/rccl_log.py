@@ -286,8 +286,8 @@ def net_problems(parsed, hcas, require_gdr=False, require_dmabuf=False, expected
     """What is wrong with the network RCCL used, as sentences naming the processes, the cause and the
     runbook; empty when every process reports the IB/RoCE transport on exactly the chosen HCAs (``hcas``:
     ``["mlx5_0:1", ...]`` or device names), with GPU Direct RDMA (``require_gdr``) and DMA-BUF
-    (``require_dmabuf``) where asked. With no HCA chosen, sockets are what RCCL should use: nothing is
-    judged but that the log was read. ``expected``: how many processes must have logged (one per GPU)."""
+    (``require_dmabuf``) where asked. With no HCA chosen, sockets are what RCCL must use: a process on
+    any other network is refused. ``expected``: how many processes must have logged (one per GPU)."""
     processes = list((parsed or {}).get("processes") or [])
     if not processes:
         return [
@@ -302,6 +302,14 @@ def net_problems(parsed, hcas, require_gdr=False, require_dmabuf=False, expected
         )
     wanted = {str(h).strip() for h in hcas or [] if str(h).strip()}
     if not wanted:
+        # No rail chosen: rccl.env disables IB (NCCL_IB_DISABLE=1), so a process that still opened
+        # RDMA ports (management or bond ports RCCL found by itself) is refused.
+        rdma = [p for p in processes if p.get("network") and p["network"] != "Socket"]
+        if rdma:
+            problems.append(
+                f"{'; '.join(_label(p) for p in rdma)}: RCCL used network {rdma[0]['network']} although no RDMA "
+                f"port was chosen for it (NCCL_IB_DISABLE=1 in rccl.env should keep it on sockets). See {RUNBOOK}"
+            )
         return problems
     grouped = {}
     for proc in processes:

@@ -75,6 +75,7 @@ def test_an_eight_rail_mi300x_node_gets_every_hca_and_amds_settings():
     # "=": exact names, so that mlx5_1 does not take mlx5_10 to mlx5_19 as well.
     assert env["NCCL_IB_HCA"] == "=" + ",".join(EIGHT_RAILS)
     assert env["NCCL_IB_GID_INDEX"] == "3"
+    assert "NCCL_IB_DISABLE" not in env
     assert {name: env[name] for name in AMD} == {
         "TORCH_NCCL_HIGH_PRIORITY": "1",
         "GPU_MAX_HW_QUEUES": "2",
@@ -102,6 +103,8 @@ def test_a_cpu_node_gets_none_of_them():
     assert "NCCL_IB_HCA" not in env and "NCCL_IB_GID_INDEX" not in env
     # No RDMA port: nothing of the RDMA-only settings.
     assert "NCCL_CROSS_NIC" not in env and "NCCL_DMABUF_ENABLE" not in env
+    # And RCCL is told so: without it, it would open any RDMA device it finds by itself.
+    assert env["NCCL_IB_DISABLE"] == "1"
     assert env["GLOO_SOCKET_IFNAME"] == "ens50f0" and env["MASTER_ADDR"] == "10.10.0.11"
 
 

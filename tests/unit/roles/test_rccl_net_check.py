@@ -82,7 +82,7 @@ def test_without_chosen_rdma_ports_sockets_are_expected_and_said_so(tmp_path):
     assert proc.returncode == 0, out[-3000:]
     assert (
         "node1: no RDMA port was chosen (the node has no usable RDMA port), so RCCL is expected on its socket "
-        "transport over eth1; its INFO log was read, the transport not judged"
+        "transport over eth1 (NCCL_IB_DISABLE=1); its INFO log must show sockets"
     ) in out
 
 
@@ -116,3 +116,10 @@ def test_a_link_in_the_log_folder_is_not_followed(tmp_path):
     assert proc.returncode == 0, out[-3000:]
     # The real log was read (its process is shown); the linked file was not.
     assert "nid007971 pid 55487" in out and "hf_secret" not in out, out[-3000:]
+
+
+def test_without_chosen_rdma_ports_a_process_on_rdma_is_refused(tmp_path):
+    """No rail chosen, yet RCCL opened RDMA ports by itself (the recorded UCX-over-RoCE run): refused."""
+    proc, out = run_check(tmp_path, BNXT_UCX, [])
+    assert proc.returncode != 0
+    assert "although no RDMA port was chosen for it (NCCL_IB_DISABLE=1 in rccl.env" in out, out[-3000:]

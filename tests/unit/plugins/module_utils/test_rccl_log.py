@@ -197,7 +197,7 @@ def test_the_socket_fallback_without_libibverbs_on_lumi_is_refused_naming_the_ca
         f"mlx5_1:1: {NO_LIBIBVERBS}: the RDMA user space (rdma-core, libibverbs1"
     )
     assert problem.endswith(f"is not installed for the training account. See {RUNBOOK}")
-    # No RDMA port chosen: sockets are what RCCL should use.
+    # No RDMA port chosen: sockets are what RCCL should use, and did.
     assert net_problems(parsed, []) == []
 
 
