@@ -31,22 +31,8 @@ def rccl_env_settings(node):
     add("NCCL_SOCKET_IFNAME", "=" + node["ifname"], f"the socket interface: {node.get('reason', '')}".rstrip(": "))
     add("GLOO_SOCKET_IFNAME", node["ifname"])
     add("NCCL_DEBUG", node.get("nccl_debug") or "WARN")
-    hcas = list(node.get("hcas") or [])
-    if not hcas:
-        # Without it RCCL opens every RDMA device it finds itself (management and bond ports included).
-        add("NCCL_IB_DISABLE", "1", "no RDMA port is chosen for RCCL on this node: sockets only")
-    if hcas:
-        # "=": exact names; without it RCCL matches prefixes (mlx5_1 would take mlx5_10 to mlx5_19 too).
-        add("NCCL_IB_HCA", "=" + ",".join(hcas), f"every active RDMA port of the node ({len(hcas)})")
-    if str(node.get("gid_index", "")) != "":
-        add("NCCL_IB_GID_INDEX", node["gid_index"], "the RoCE v2 GID index of those ports")
-    if hcas:
-        for setting in node.get("rdma_settings") or []:
-            if setting.get("value") is not None and str(setting["value"]) not in ("", "None"):
-                add(setting["name"], setting["value"], f"with RDMA ports: {setting['source']}")
-        dmabuf = dmabuf_setting(hcas, node.get("dmabuf_by_driver") or {})
-        if dmabuf is not None:
-            add("NCCL_DMABUF_ENABLE", dmabuf[0], dmabuf[1])
+    for setting in rdma_env(node):
+        add(*setting)
     archs = set(node.get("gfx_archs") or [])
     for setting in node.get("arch_settings") or []:
         if setting.get("value") is None or str(setting["value"]) in ("", "None"):
@@ -90,3 +76,23 @@ def dmabuf_setting(hcas, by_driver):
         return None
     value = values.pop()
     return value, f"DMA-BUF for {', '.join(drivers)} ports, as ROCm/cvs's environment scripts set it"
+
+
+def rdma_env(node):
+    """``[(name, value, why)]`` of the RDMA settings: the chosen ports and what goes with them, or, with
+    none chosen, IB disabled."""
+    hcas = list(node.get("hcas") or [])
+    if not hcas:
+        # Without it RCCL opens every RDMA device it finds itself (management and bond ports included).
+        return [("NCCL_IB_DISABLE", "1", "no RDMA port is chosen for RCCL on this node: sockets only")]
+    # "=": exact names; without it RCCL matches prefixes (mlx5_1 would take mlx5_10 to mlx5_19 too).
+    out = [("NCCL_IB_HCA", "=" + ",".join(hcas), f"every active RDMA port of the node ({len(hcas)})")]
+    if str(node.get("gid_index", "")) != "":
+        out.append(("NCCL_IB_GID_INDEX", node["gid_index"], "the RoCE v2 GID index of those ports"))
+    for setting in node.get("rdma_settings") or []:
+        if setting.get("value") is not None and str(setting["value"]) not in ("", "None"):
+            out.append((setting["name"], setting["value"], f"with RDMA ports: {setting['source']}"))
+    dmabuf = dmabuf_setting(hcas, node.get("dmabuf_by_driver") or {})
+    if dmabuf is not None:
+        out.append(("NCCL_DMABUF_ENABLE", dmabuf[0], dmabuf[1]))
+    return out
