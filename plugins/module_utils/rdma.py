@@ -463,6 +463,8 @@ def choose_rails(ports, requested=None, exclude_netdevs=None, gpus=None, bonds=N
     return {
         "hcas": [_name(p) for p in chosen],
         "rate_gbps": rate,
+        # What every rail should run at: the fastest of them (a port that trained down fails the verbs check).
+        "max_rate_gbps": max(rates) if rates else None,
         "link_layer": layers[0] if len(layers) == 1 and layers[0] != "unknown" else "",
         "left_out": left_out,
         "problems": problems,

@@ -108,6 +108,13 @@ rate_gbps:
   returned: always
   type: float
   sample: 400
+max_rate_gbps:
+  description:
+    - The fastest chosen port's rate in Gb/s, what every rail is checked against by the verbs check.
+    - Null when unknown, or without ports.
+  returned: always
+  type: float
+  sample: 400
 left_out:
   description: The ports not chosen, each with why (down, the management NIC's, a bond, slower, not asked for).
   returned: always

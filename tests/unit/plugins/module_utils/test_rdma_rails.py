@@ -94,7 +94,8 @@ def test_fewer_ports_than_gpus_are_refused_and_accepted_when_listed():
 
 def test_eight_pollara_rails_for_eight_gpus():
     choice = choose_rails(verbs_ports("ibv_devinfo-ionic-pollara-8port-mi355x.txt"), gpus=8)
-    assert choice == {"hcas": [f"ionic_{n}:1" for n in range(8)], "rate_gbps": None, "link_layer": "Ethernet",
+    assert choice == {"hcas": [f"ionic_{n}:1" for n in range(8)], "rate_gbps": None, "max_rate_gbps": None,
+                      "link_layer": "Ethernet",
                       "left_out": [], "problems": []}  # fmt: skip
 
 
@@ -108,3 +109,15 @@ def test_a_listed_port_that_is_down_is_refused():
     (problem,) = choose_rails(ports, ["mlx4_0"])["problems"]
     assert problem.startswith("RDMA port(s) asked for are not active: mlx4_0:2 (DOWN)")
     assert choose_rails(ports, ["mlx4_0:1"])["hcas"] == ["mlx4_0:1"]
+
+
+def test_the_verbs_check_expects_every_listed_rail_at_the_fastest_rails_rate():
+    """A port that trained down (a 100G among 400G rails the operator listed) lowers the slowest rate,
+    not what each rail is checked against."""
+    ports = [
+        {"device": f"mlx5_{n}", "port": 1, "state": "ACTIVE", "link_layer": "Ethernet", "netdev": f"eth{n}",
+         "rate_gbps": 100 if n == 7 else 400, "gids": [], "numa_node": None}
+        for n in range(8)
+    ]  # fmt: skip
+    choice = choose_rails(ports, [f"mlx5_{n}" for n in range(8)], gpus=8)
+    assert (choice["rate_gbps"], choice["max_rate_gbps"]) == (100, 400)
