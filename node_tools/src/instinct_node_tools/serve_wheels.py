@@ -1,12 +1,11 @@
 """Serve the builder's wheels to the other nodes of its arch set, then end.
 
 Run by the wheel_build role on the node that built the wheels, as a background job
-(python3 -c "<this file>" DIR ADDRESS PORT EXPECTED TIMEOUT FILE...): it serves only the named files
+(instinct-serve-wheels DIR ADDRESS PORT EXPECTED TIMEOUT FILE..., from the tools venv): it serves only the named files
 of DIR over HTTP on ADDRESS:PORT (the management network) and ends once EXPECTED complete transfers
 are done, or after TIMEOUT seconds with exit code 3. Each peer checks the sha256 it was given by the
-controller, so the controller moves sha256 sums, never wheels. Standard library only: it runs on the
-node's system Python, before any venv exists. One line per transfer goes to stdout (the play shows
-them).
+controller, so the controller moves sha256 sums, never wheels. Standard library only (the tools
+venv is the distribution's Python). One line per transfer goes to stdout (the play shows them).
 """
 
 import http.server
