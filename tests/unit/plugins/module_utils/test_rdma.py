@@ -98,7 +98,9 @@ def test_a_recorded_mix_of_infiniband_and_roce_ports_is_refused():
 
 
 def test_a_node_without_rdma_keeps_sockets_and_one_with_every_port_down_fails():
-    assert choose_rails([], gpus=8) == {"hcas": [], "rate_gbps": None, "link_layer": "", "left_out": [], "problems": []}
+    assert choose_rails([], gpus=8) == {
+        "hcas": [], "rate_gbps": None, "max_rate_gbps": None, "link_layer": "", "left_out": [], "problems": []
+    }  # fmt: skip
     ports = [p for p in ports_from_rdma_link(text("rdma-link_oci-gpu-node_10x-mlx5_1down.txt")) if p["state"] == "DOWN"]
     (problem,) = choose_rails(ports)["problems"]
     assert "none is active and usable (mlx5_9:1 DOWN)" in problem
