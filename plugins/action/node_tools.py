@@ -46,10 +46,8 @@ class ActionModule(ActionBase):
         if not venv:
             raise AnsibleActionFail("node_tools: venv is required")
         host = (task_vars or {}).get("inventory_hostname", "?")
-        source = args.get("source") or os.path.join(_COLLECTION_ROOT, "node_tools")
-        cache_dir = os.path.expanduser(args.get("cache_dir") or "~/.cache/instinct-finetune/node-tools")
         try:
-            wheel, version = node_tools.build_wheel(source, cache_dir)
+            wheel, version = node_tools.wheel_for(args, _COLLECTION_ROOT)
         except (OSError, RuntimeError, ValueError) as error:
             raise AnsibleActionFail("node_tools: %s" % error) from error
         result.update(version=version, venv=venv, changed=False)

@@ -34,10 +34,8 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(
                 "node_tools_run: module must be one of %s's modules, got %r" % (node_tools.PACKAGE, module)
             )
-        source = args.get("source") or os.path.join(_COLLECTION_ROOT, "node_tools")
-        cache_dir = os.path.expanduser(args.get("cache_dir") or "~/.cache/instinct-finetune/node-tools")
         try:
-            wheel, version = node_tools.build_wheel(source, cache_dir)
+            wheel, version = node_tools.wheel_for(args, _COLLECTION_ROOT)
         except (OSError, RuntimeError, ValueError) as error:
             raise AnsibleActionFail("node_tools_run: %s" % error) from error
         remote_tmp = self._make_tmp_path()

@@ -126,6 +126,17 @@ def build_wheel(root, cache_dir, python=None):
             shutil.rmtree(work, ignore_errors=True)
 
 
+DEFAULT_CACHE = "~/.cache/instinct-finetune/node-tools"
+
+
+def wheel_for(args, collection_root):
+    """The wheel an action's task asks for: ``args``' ``source`` (default: the collection's
+    ``node_tools/``) built into ``cache_dir``; returns ``(path, version)``."""
+    source = args.get("source") or os.path.join(collection_root, "node_tools")
+    cache_dir = os.path.expanduser(args.get("cache_dir") or DEFAULT_CACHE)
+    return build_wheel(source, cache_dir)
+
+
 def requirements(wheel_path, wheel_sha256, pins):
     """pip's requirements file text: the wheel and each pin, every line with its hash."""
     lines = ["%s --hash=sha256:%s" % (wheel_path, wheel_sha256)]
