@@ -49,3 +49,21 @@ def run_module(module, args, extra=()):
     assert start >= 0, proc.stdout + proc.stderr
     result = json.loads(proc.stdout[start:])["plays"][0]["tasks"][0]["hosts"]["localhost"]
     return proc.returncode, result
+
+
+def fabric_step_playbook(task_file, what, hosts="all"):
+    """A playbook that runs one task file of the fabric role with the role's variables (and common's),
+    not through include_role: the role's dependencies (the node tools install) would otherwise run on
+    the controller."""
+    return f"""\
+- name: Run the fabric role's {task_file} step
+  hosts: {hosts}
+  gather_facts: false
+  vars_files:
+    - {ROOT}/roles/common/defaults/main.yml
+    - {ROOT}/roles/fabric/defaults/main.yml
+    - {ROOT}/roles/fabric/vars/main.yml
+  tasks:
+    - name: {what}
+      ansible.builtin.include_tasks: {ROOT}/roles/fabric/tasks/{task_file}
+"""

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.unit.conftest import COLLECTIONS, FIXTURES, ROOT
+from tests.unit.conftest import COLLECTIONS, FIXTURES, ROOT, fabric_step_playbook
 
 RCCL = FIXTURES / "rccl"
 SOCKET = RCCL / "rccl-init-socket-fallback-lumi-mi250x.log"
@@ -19,18 +19,7 @@ BNXT_UCX = RCCL / "rccl-init-roce-bnxt-ucx-gdrdma-rccl1261-EXCERPT.log"
 ROCE_NO_GDR = RCCL / "nccl-init-roce-gdr-disabled-nccl1537.log"
 RUNBOOK = "docs/runbooks/fabric-bandwidth.md"
 
-PLAYBOOK = f"""\
-- name: Run the fabric role's INFO-log check
-  hosts: all
-  gather_facts: false
-  vars_files:
-    - {ROOT}/roles/common/defaults/main.yml
-    - {ROOT}/roles/fabric/defaults/main.yml
-    - {ROOT}/roles/fabric/vars/main.yml
-  tasks:
-    - name: Check RCCL's INFO log
-      ansible.builtin.include_tasks: {ROOT}/roles/fabric/tasks/rccl-net.yml
-"""
+PLAYBOOK = fabric_step_playbook("rccl-net.yml", "Check RCCL's INFO log", hosts="all")
 
 
 def run_check(tmp_path, log, hcas, nodes=1, dmabuf="", **options):

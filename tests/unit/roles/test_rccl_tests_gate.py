@@ -12,27 +12,14 @@ import sys
 import time
 from pathlib import Path
 
-from tests.unit.conftest import COLLECTIONS, FIXTURES, ROOT
+from tests.unit.conftest import COLLECTIONS, FIXTURES, ROOT, fabric_step_playbook
 
 ONE_NODE = FIXTURES / "rccl" / "rccl-tests-all_reduce-mi300x-1node-8proc-aac8.txt"
 FAILED = FIXTURES / "rccl" / "nccl-tests-all_reduce-gh200-2node-wrong-FAILED-nccltests369.txt"
 GIB = 1 << 30
 RANK_SHELL = 'set -a && . "$0" && set +a && exec "$@"'
 
-# The step's own task file with the role's variables, not include_role: the role's dependencies
-# (the node tools install) would otherwise run on the controller.
-PLAYBOOK = f"""\
-- name: Run the fabric role's rccl-tests step
-  hosts: localhost
-  gather_facts: false
-  vars_files:
-    - {ROOT}/roles/common/defaults/main.yml
-    - {ROOT}/roles/fabric/defaults/main.yml
-    - {ROOT}/roles/fabric/vars/main.yml
-  tasks:
-    - name: Measure and judge with all_reduce_perf
-      ansible.builtin.include_tasks: {ROOT}/roles/fabric/tasks/rccl-tests.yml
-"""
+PLAYBOOK = fabric_step_playbook("rccl-tests.yml", "Measure and judge with all_reduce_perf", hosts="localhost")
 
 # mpirun's stand-in: its arguments one a line, then the program part (from the per-rank shell on) is
 # run as one rank; with "hang", in a session of its own, out of the reach of the step's time limit,

@@ -10,24 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.unit.conftest import COLLECTIONS, FIXTURES, ROOT
+from tests.unit.conftest import COLLECTIONS, FIXTURES, ROOT, fabric_step_playbook
 
 RDMA = FIXTURES / "rdma"
 
-# The step's own task file with the role's variables, not include_role: the role's dependencies
-# (the node tools install) would otherwise run on the controller.
-PLAYBOOK = f"""\
-- name: Run the fabric role's RDMA step
-  hosts: all
-  gather_facts: false
-  vars_files:
-    - {ROOT}/roles/common/defaults/main.yml
-    - {ROOT}/roles/fabric/defaults/main.yml
-    - {ROOT}/roles/fabric/vars/main.yml
-  tasks:
-    - name: Install the verbs stack where needed and check the chosen ports
-      ansible.builtin.include_tasks: {ROOT}/roles/fabric/tasks/rdma.yml
-"""
+PLAYBOOK = fabric_step_playbook(
+    "rdma.yml", "Install the verbs stack where needed and check the chosen ports", hosts="all"
+)
 
 
 def run_step(tmp_path, hcas, recording=None, node="node2"):
