@@ -46,6 +46,15 @@ MIB = 1024 * 1024
 _MEMORY_UNITS = {"MB": MIB, "B": 1}
 
 _NA = ("N/A", "NA", "")
+# What rocm-smi's concise table prints where a GPU does not report a value (a power cap on a GPU
+# whose SMU stopped answering, an APU's PwrCap): unknown for that field, not a damaged output.
+_UNSUPPORTED = "Unsupported"
+# An LLVM AMDGPU processor name as rocminfo and amd-smi print it: "gfx", the major version in
+# decimal (6..19), then the minor version and the stepping as one hex digit each (gfx90a, gfx942,
+# gfx1100). rocm-smi's "GFX Version" renders minor and stepping in decimal, so MI200's 9.0.10 comes
+# out as "gfx9010" (ROCm/rocm_smi_lib issue 159): a name no compiler or wheel knows. Any minor or
+# stepping of 10 or more gives one digit too many, so this form rejects exactly the mangled names.
+_GFX_TARGET = re.compile(r"^gfx(?:[6-9]|1[0-9])[0-9a-f]{2}$")
 _INT = re.compile(r"^-?\d+$")
 _FLOAT = re.compile(r"^-?\d+(?:\.\d+)?$")
 _CARD = re.compile(r"^card(\d+)$")
@@ -166,6 +175,18 @@ def _text(value):
     return None if value in _NA else value
 
 
+def _gfx(value):
+    """A GPU's gfx target, or None when the tool printed something that is not one.
+
+    None rather than a repaired name: decoding "gfx9010" back to "gfx90a" would put a guess in a
+    field that says what the tool reported, and the build path already reads the real target
+    from rocminfo (``rocm_gfx_archs``), which gets it from the HSA runtime. A wrong gfx here would
+    mislead whoever reads ``rocm_smi_gpus`` (a wheel picked for "gfx9010" matches nothing).
+    """
+    value = _text(value)
+    return value if value and _GFX_TARGET.match(value) else None
+
+
 def _link_type(value, where):
     if not isinstance(value, str):
         raise _unparsable(f"{where}: link type {value!r} is not text.")
@@ -284,7 +305,7 @@ def parse_amdsmi_static(text):
         gpu["power_limit_w"] = _static_power_limit(limit, where)
         bdf = _text(bus.get("bdf"))
         gpu["bdf"] = bdf.lower() if bdf else None
-        gpu["gfx"] = _text(asic.get("target_graphics_version"))
+        gpu["gfx"] = _gfx(asic.get("target_graphics_version"))
         node = numa.get("node")
         if node is not None and not (isinstance(node, int) and not isinstance(node, bool)):
             if not (isinstance(node, str) and node.strip() in _NA):
@@ -373,7 +394,7 @@ def _card_gpu(index, card, where):
     gpu["power_limit_w"] = _text_number(card.get("Max Graphics Package Power (W)"), f"{where} power cap")
     bdf = _text(card.get("PCI Bus"))
     gpu["bdf"] = bdf.lower() if bdf else None
-    gpu["gfx"] = _text(card.get("GFX Version"))
+    gpu["gfx"] = _gfx(card.get("GFX Version"))
     gpu["numa_node"] = _text_number(card.get("(Topology) Numa Node"), f"{where} NUMA node", True)
     return gpu
 
@@ -497,7 +518,7 @@ def _concise_columns(header):
 
 def _strip_unit(value, unit, where):
     value = value.strip()
-    if value in _NA:
+    if value in _NA or value == _UNSUPPORTED:
         return None
     if not value.endswith(unit):
         raise _unparsable(f"{where} is '{value}', expected a number in {unit}.")
@@ -507,7 +528,9 @@ def _strip_unit(value, unit, where):
 def parse_rocm_smi_concise(text):
     """Parse the concise table of a bare ``rocm-smi``: index, temperature, power and power cap.
 
-    It has no product name and no VRAM size (only VRAM%), so those stay None.
+    It has no product name and no VRAM size (only VRAM%), so those stay None. A cell that reads
+    ``N/A`` or ``Unsupported`` (one GPU whose SMU does not answer, ROCm/ROCm issue 4268) is None
+    for that GPU and field; the other GPUs and fields are still read.
     """
     what = "rocm-smi (concise)"
     lines = _text_log(text, what).splitlines()

@@ -97,7 +97,9 @@ ansible_facts:
       description:
         - One entry per GPU, sorted by index. Every key is always present; a value the tool's output
           does not carry is null (for example used VRAM when C(amd-smi metric) failed, or the gfx
-          target, which rocm-smi before ROCm 6.1 does not print).
+          target, which rocm-smi before ROCm 6.1 does not print). C(gfx) is also null when the tool
+          prints a name that is not a gfx target, such as rocm-smi's C(gfx9010) for an MI200
+          (C(gfx90a)); C(rocm_gfx_archs) from rocminfo_facts holds the real targets.
         - "Keys: C(index) (int), C(product_name) (str), C(vram_total_bytes) (int),
           C(vram_used_bytes) (int), C(temperature_c) (number, junction else edge),
           C(power_w) (number), C(power_limit_w) (number), C(bdf) (str, lower case),

@@ -43,6 +43,8 @@ PARSERS = {
     "rocmsmi-showtopo-8gpu-xgmi.txt": parse_rocm_smi_showtopo,
     "rocmsmi-use-meminfo-vram-8gpu.txt": parse_rocm_smi_text,
     "rocmsmi-concise-8gpu.txt": parse_rocm_smi_concise,
+    "rocmsmi-concise-8gpu-pwrcap-unsupported.txt": parse_rocm_smi_concise,
+    "rocmsmi-mi250-gfx9010-rocm6.json": parse_rocm_smi_json,
 }
 
 
@@ -343,6 +345,70 @@ def test_rocm_smi_concise_8gpu():
     assert column(gpus, "power_limit_w") == [650.0] * 8
     assert column(gpus, "product_name") == [None] * 8
     assert column(gpus, "vram_total_bytes") == [None] * 8
+
+
+def test_rocm_smi_concise_unsupported_power_cap_is_unknown_for_that_gpu_only():
+    # ROCm/ROCm issue 4268: on an MI300X node GPU 7's SMU stopped answering; rocm-smi printed N/A
+    # for its Temp and Power and "Unsupported" for its PwrCap. The other seven GPUs are read whole.
+    gpus = gpus_of("rocmsmi-concise-8gpu-pwrcap-unsupported.txt")
+    assert column(gpus, "index") == list(range(8))
+    assert column(gpus, "power_limit_w") == [750.0] * 7 + [None]
+    assert column(gpus, "temperature_c") == [56.0, 54.0, 53.0, 51.0, 38.0, 39.0, 37.0, None]
+    assert column(gpus, "power_w") == [321.0, 322.0, 308.0, 311.0, 136.0, 136.0, 137.0, None]
+
+
+def test_rocm_smi_concise_unsupported_is_only_unknown_not_any_word():
+    # The "Unsupported" exception must not turn other text in a number column into "unknown".
+    text = read("rocmsmi-concise-8gpu-pwrcap-unsupported.txt").replace("auto  Unsupported", "auto  Unlimited  ")
+    with pytest.raises(SmiError, match="PwrCap is 'Unlimited', expected a number in W"):
+        parse_rocm_smi_concise(text)
+
+
+def test_rocm_smi_mi250_bogus_gfx9010_is_not_reported_as_the_gfx():
+    # rocm-smi renders MI200's gfx target 9.0.10 in decimal, "gfx9010" (ROCm/rocm_smi_lib issue 159);
+    # the real target is gfx90a (rocminfo). The rest of the card is read as usual.
+    (gpu,) = gpus_of("rocmsmi-mi250-gfx9010-rocm6.json")
+    assert json.loads(read("rocmsmi-mi250-gfx9010-rocm6.json"))["card0"]["GFX Version"] == "gfx9010"
+    assert gpu == {
+        "index": 0,
+        "product_name": "AMD INSTINCT MI250 (MCM) OAM AC MBA",
+        "vram_total_bytes": None,
+        "vram_used_bytes": None,
+        "temperature_c": 44.0,
+        "power_w": 91.0,
+        "power_limit_w": 560.0,
+        "bdf": "0000:29:00.0",
+        "gfx": None,
+        "numa_node": None,
+    }
+    facts = build_facts([gpu], [])
+    assert facts["rocm_smi_gpus"][0]["gfx"] is None
+
+
+@pytest.mark.parametrize(
+    ("printed", "reported"),
+    [
+        ("gfx9010", None),  # MI200 (9.0.10) as rocm-smi prints it
+        ("gfx9012", None),  # 9.0.12 (gfx90c) rendered the same way
+        ("gfx10310", None),
+        ("gfx90a", "gfx90a"),
+        ("gfx942", "gfx942"),
+        ("gfx950", "gfx950"),
+        ("gfx1010", "gfx1010"),  # a real RDNA1 target of the same length as the bogus one
+        ("gfx1100", "gfx1100"),
+        ("gfx1151", "gfx1151"),
+        ("N/A", None),
+        ("gfx942:sramecc+:xnack-", None),
+    ],
+)
+def test_gfx_accepts_only_gfx_target_names(printed, reported):
+    text = mutate_rocm(lambda data: _set(data["card0"], "GFX Version", printed))
+    assert parse_rocm_smi_json(text)["gpus"][0]["gfx"] == reported
+
+
+def test_amdsmi_static_gfx_goes_through_the_same_check():
+    text = mutate_static(lambda gpus: _set(gpus[3]["asic"], "target_graphics_version", "gfx9010"))
+    assert column(parse_amdsmi_static(text), "gfx") == ["gfx942"] * 3 + [None] + ["gfx942"] * 4
 
 
 # --- facts ---------------------------------------------------------------------------------------
