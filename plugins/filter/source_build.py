@@ -25,7 +25,7 @@ def rocm_release_pins(packages, madison, rocm_core_version):
         raise AnsibleFilterError(f"rocm_release_pins: {err}") from err
 
 
-def trainer_import_problem(rc, output, host="this node", torch_version="?", install_method="wheel"):
+def trainer_import_problem(rc, output, host="this node", torch_version="?", install_method=None):
     return trainer_import.import_problem(rc, output, host, torch_version, install_method)
 
 

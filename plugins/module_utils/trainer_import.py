@@ -27,8 +27,16 @@ def _last_lines(text, count=3):
     return " | ".join(lines[-count:])
 
 
-def import_problem(rc, output, host="this node", torch_version="?", install_method="wheel"):
+def torch_install_method(torch_version):
+    """``wheel`` for an index build (a local label: ``2.10.0+rocm7.0``), ``source`` for this
+    collection's source build, which sets PYTORCH_BUILD_VERSION without one (``2.10.0``)."""
+    return "wheel" if "+" in (torch_version or "+") else "source"
+
+
+def import_problem(rc, output, host="this node", torch_version="?", install_method=None):
     """None when the import worked (rc 0), else ``{kind, module, message}``.
+
+    ``install_method`` (``wheel``/``source``) picks the fix; None reads it from ``torch_version``.
 
     kind: ``missing-companion`` (torchaudio/torchvision absent), ``companion-mismatch`` (built for
     another torch), ``missing-module`` (another module absent) or ``other``. ``message`` names the
@@ -38,6 +46,8 @@ def import_problem(rc, output, host="this node", torch_version="?", install_meth
         return None
     text = output or ""
     runbook = "docs/runbooks/trainer-import.md"
+    if install_method is None:
+        install_method = torch_install_method(torch_version)
     if install_method == "source":
         build_fix = (
             "run the stack stage again: with pytorch_install_method: source the pytorch role builds "

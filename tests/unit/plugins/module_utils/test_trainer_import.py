@@ -1,6 +1,9 @@
 import pathlib
 
-from ansible_collections.instinct.finetune.plugins.module_utils.trainer_import import import_problem
+from ansible_collections.instinct.finetune.plugins.module_utils.trainer_import import (
+    import_problem,
+    torch_install_method,
+)
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "trainer_import"
 
@@ -26,6 +29,16 @@ def test_missing_torchaudio_names_host_module_fix_and_runbook():
 def test_the_wheel_path_fix_names_the_torch_source():
     problem = import_problem(1, recording("anynode-22-no-torchaudio.txt"), "node1", "2.10.0+rocm7.0", "wheel")
     assert "pytorch_index_url" in problem["message"]
+
+
+def test_the_path_is_read_from_the_torch_version_when_not_given():
+    """An index build has a local label; the source build sets PYTORCH_BUILD_VERSION without one."""
+    assert torch_install_method("2.10.0+rocm7.0") == "wheel"
+    assert torch_install_method("2.10.0") == "source"
+    wheel = import_problem(1, recording("anynode-22-no-torchaudio.txt"), "n", "2.10.0+rocm7.0")
+    source = import_problem(1, recording("anynode-22-no-torchaudio.txt"), "n", "2.10.0")
+    assert "pytorch_index_url" in wheel["message"]
+    assert "builds torchaudio from its tag" in source["message"]
 
 
 def test_a_companion_built_for_another_torch():
