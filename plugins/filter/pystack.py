@@ -3,7 +3,7 @@
 from __future__ import absolute_import, division, print_function
 
 from ansible_collections.instinct.finetune.plugins.filter.build import _wrap
-from ansible_collections.instinct.finetune.plugins.module_utils import ds_report, pystack
+from ansible_collections.instinct.finetune.plugins.module_utils import ds_ops, ds_report, pystack
 
 __metaclass__ = type
 
@@ -22,4 +22,5 @@ class FilterModule:
             "ds_report": _wrap(ds_report.parse_ds_report),
             "ds_op_problems": _wrap(ds_report.ds_op_problems),
             "ds_build_env": _wrap(ds_report.ds_build_env),
+            "deepspeed_ops": _wrap(ds_ops.deepspeed_ops),
         }
