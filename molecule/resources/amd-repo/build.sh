@@ -185,6 +185,11 @@ index() {
 #   amdgpu=30.10.2 amdgpu_build=2226257      driver release and build
 #   kmod=6.14.14 amdgpu_rel=30100200         amdgpu module version, driver <REL> number
 #   fw=30.10.2.0                             upstream part of amdgpu-dkms-firmware
+#   ml_dev="DEB=UPSTREAM=CMAKE ..."          optional: the development packages a PyTorch source build
+#                                            installs (roles/pytorch source path), each with the CMake
+#                                            config LoadHIP.cmake finds (lib/cmake/CMAKE/CMAKE-config.cmake,
+#                                            a placeholder) or, for CMAKE "roctx64", lib/libroctx64.so;
+#                                            plus the metas rocm-hip-runtime-dev and rocm-ml-sdk
 #   upgrade_scripts=0|1                      1: rocm-core's scripts also handle an upgrade from and
 #                                            a downgrade to another release (see rocm_core_scripts);
 #                                            0 keeps 7.0.2's original scripts byte for byte
@@ -192,11 +197,11 @@ index() {
 # for every release, under its own prefix /opt/rocm-<rocm>, DKMS module version
 # <kmod>-<amdgpu_build>.<DISTVER> and repository folders.
 build_release() {
-    local rocm='' rel='' build='' rocminfo='' smi='' amdsmi='' hipblaslt='' rccl='' amdgpu='' amdgpu_build='' kmod='' amdgpu_rel='' fw='' upgrade_scripts=0
+    local rocm='' rel='' build='' rocminfo='' smi='' amdsmi='' hipblaslt='' rccl='' amdgpu='' amdgpu_build='' kmod='' amdgpu_rel='' fw='' upgrade_scripts=0 ml_dev=''
     local kv
     for kv in "$@"; do
         case ${kv%%=*} in
-            rocm|rel|build|rocminfo|smi|amdsmi|hipblaslt|rccl|amdgpu|amdgpu_build|kmod|amdgpu_rel|fw|upgrade_scripts) local "$kv" ;;
+            rocm|rel|build|rocminfo|smi|amdsmi|hipblaslt|rccl|amdgpu|amdgpu_build|kmod|amdgpu_rel|fw|upgrade_scripts|ml_dev) local "$kv" ;;
             *) echo "build_release: unknown field $kv" >&2; exit 2 ;;
         esac
     done
@@ -259,6 +264,31 @@ build_release() {
     finish "$R"
     mkpkg rocm "$V_META" amd64 "rocm-hip-sdk (= $V_META), rocm-smi-lib (= $V_SMILIB), amd-smi-lib (= $V_AMDSMI)" "ROCm meta package (simulated subset)"
     finish "$R"
+
+    # What PyTorch's source build needs (roles/pytorch/tasks/source.yml): each development package
+    # with the placeholder CMake config that LoadHIP.cmake's find_package reads, and the two metas.
+    if [[ -n $ml_dev ]]; then
+        local entry deb up cm v V_MIOPEN_DEV=''
+        for entry in $ml_dev; do
+            IFS== read -r deb up cm <<< "$entry"
+            v=$(rv "$up")
+            [[ $deb == miopen-hip-dev ]] && V_MIOPEN_DEV=$v
+            mkpkg "$deb" "$v" amd64 "rocm-core" "ROCm $deb (simulated: the CMake config PyTorch's build finds, no library)"
+            if [[ $cm == roctx64 ]]; then
+                placeholder "$ROCM_PREFIX/lib/libroctx64.so"
+            else
+                mkdir -p "$PKGROOT$ROCM_PREFIX/lib/cmake/$cm"
+                printf '# instinct-sim placeholder for %s %s (not AMD'"'"'s file)\nset(%s_FOUND TRUE)\nset(%s_VERSION "%s")\n' \
+                    "$deb" "$v" "$cm" "$cm" "$up" > "$PKGROOT$ROCM_PREFIX/lib/cmake/$cm/$cm-config.cmake"
+            fi
+            finish "$R"
+        done
+        [[ -n $V_MIOPEN_DEV ]] || { echo "build_release: ml_dev has no miopen-hip-dev" >&2; exit 2; }
+        mkpkg rocm-hip-runtime-dev "$V_META" amd64 "rocm-core (= $V_CORE), rocm-hip-runtime (= $V_META)" "ROCm HIP runtime development meta package (simulated subset)"
+        finish "$R"
+        mkpkg rocm-ml-sdk "$V_META" amd64 "rocm-core (= $V_CORE), rocm-hip-sdk (= $V_META), miopen-hip-dev (= $V_MIOPEN_DEV)" "ROCm ML SDK meta package (simulated subset)"
+        finish "$R"
+    fi
 
     # ------------------------------------------------------------ amdgpu repository
     mkdir -p "$A"
@@ -395,9 +425,16 @@ EOF
 
 BUILD_INFO=
 # ROCm 7.0.2 with amdgpu 30.10.2: the release the scenarios install (README.md for every number)
+# The upstream parts of the source build's development packages: AMD's 7.0.2 pool (README.md).
+ML_DEV_7_0_2="miopen-hip-dev=3.5.0=miopen rocblas-dev=5.0.2=rocblas hipblas-dev=3.0.2=hipblas
+hipblaslt-dev=1.0.0=hipblaslt rocrand-dev=4.0.0=rocrand hiprand-dev=3.0.0=hiprand hipfft-dev=1.0.20=hipfft
+hipsparse-dev=4.0.1=hipsparse rocprim-dev=4.0.1=rocprim hipcub-dev=4.0.0=hipcub rocthrust-dev=4.0.0=rocthrust
+hipsolver-dev=3.0.0=hipsolver rocsolver-dev=3.30.1=rocsolver rccl-dev=2.26.6=rccl
+hipsparselt-dev=0.2.4=hipsparselt roctracer-dev=4.1.70002=roctx64"
 build_release rocm=7.0.2 rel=70002 build=56 \
     rocminfo=1.0.0 smi=7.8.0 amdsmi=26.0.2 hipblaslt=1.0.0 rccl=2.26.6 \
-    amdgpu=30.10.2 amdgpu_build=2226257 kmod=6.14.14 amdgpu_rel=30100200 fw=30.10.2.0
+    amdgpu=30.10.2 amdgpu_build=2226257 kmod=6.14.14 amdgpu_rel=30100200 fw=30.10.2.0 \
+    ml_dev="$ML_DEV_7_0_2"
 # ROCm 7.1.0 (folder 7.1) with amdgpu 30.20: the newer release an upgrade test moves to
 build_release rocm=7.1.0 rel=70100 build=20 \
     rocminfo=1.0.0 smi=7.8.0 amdsmi=26.1.0 hipblaslt=1.1.0 rccl=2.27.7 \
