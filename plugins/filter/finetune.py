@@ -3,7 +3,7 @@
 from __future__ import absolute_import, division, print_function
 
 from ansible_collections.instinct.finetune.plugins.filter.build import _wrap
-from ansible_collections.instinct.finetune.plugins.module_utils import jobspec, jobstate
+from ansible_collections.instinct.finetune.plugins.module_utils import jobspec, jobstate, rank_threads
 
 __metaclass__ = type
 
@@ -34,4 +34,5 @@ class FilterModule:
             "rank_order": _wrap(jobstate.rank_order),
             "perplexity": _wrap(jobspec.perplexity),
             "env_file": _wrap(jobspec.parse_env_file),
+            "finetune_omp_threads": _wrap(rank_threads.omp_threads),
         }

@@ -100,7 +100,7 @@ def deepspeed_zero3_config(job, bf16):
     (model.safetensors) when the shards are gathered on save, as LLaMA-Factory's examples set.
     """
     zero = {"stage": 3}
-    if _flag(job, "deepspeed_offload_optimizer", True):
+    if _flag(job, "deepspeed_offload_optimizer", False):
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if _flag(job, "deepspeed_offload_param", False):
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}

@@ -1,5 +1,6 @@
 """End to end on the sandbox cluster: site.yml from bare containers to a 2-node fine-tune the way a
-real cluster trains by default (DeepSpeed ZeRO-3, optimizer offloaded to CPU, LoRA) and its
+real cluster trains by default (DeepSpeed ZeRO-3, LoRA) with the optimizer offloaded to CPU, which
+the sandbox job asks for (DeepSpeed's CPU Adam, off by default), and its
 perplexity against the base model's, a second run that changes nothing, ZeRO-3 full fine-tuning
 whose weights load with transformers, plain DDP, and a rank of a ZeRO-3 job killed mid-run that
 stops the job and resumes on the next run. Playbooks run through ansible-runner's Python API (scripts/sandbox.py) and
@@ -104,6 +105,8 @@ def test_both_ranks_trained_with_zero3_offload_in_a_world_of_two_over_the_fabric
     assert re.search(r"^GLOO_SOCKET_IFNAME=eth\d+$", env, re.M)
     launch = node(NODES[1], "cat", f"/etc/instinct-finetune/jobs/{JOB}/launch.env").stdout
     assert f"NNODES={len(NODES)}" in launch and "NODE_RANK=1" in launch
+    # Each rank's CPU threads (torch, CPU Adam) come from the node's cores, not torchrun's default of 1.
+    assert re.search(r"^OMP_NUM_THREADS=[1-9]\d*$", launch, re.M), launch
 
 
 def test_every_rank_exported_its_progress_for_the_textfile_collector(collected):

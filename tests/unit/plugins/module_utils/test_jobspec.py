@@ -99,7 +99,11 @@ def test_the_role_passes_each_default_under_its_own_name():
 # What the role adds to the field report (issue 16): clipping as the Trainer's max_grad_norm (DeepSpeed's
 # own default is none, and under DeepSpeed the Trainer does not clip), and the gathered 16-bit weights
 # on save that LLaMA-Factory's ZeRO-3 examples set (without them full fine-tuning saves no weights).
+# And what it leaves out by default (issue 30): the optimizer offload, which LLaMA-Factory's ZeRO-3
+# example (ds_z3_config.json, for LoRA and full alike) leaves out too and the field report turns on
+# "only if memory is still tight"; finetune_deepspeed_offload_optimizer: true gives the report's.
 ROLE_ZERO3 = copy.deepcopy(FIELD_REPORT_ZERO3)
+del ROLE_ZERO3["zero_optimization"]["offload_optimizer"]
 ROLE_ZERO3["gradient_clipping"] = 1.0
 ROLE_ZERO3["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = True
 
@@ -113,7 +117,14 @@ def test_default_job_renders_the_field_report_zero3_settings_plus_clipping_and_g
         k: v for k, v in FIELD_REPORT_ZERO3.items() if k != "zero_optimization"
     }
     for key, value in FIELD_REPORT_ZERO3["zero_optimization"].items():
-        assert rendered["zero_optimization"][key] == value
+        if key != "offload_optimizer":
+            assert rendered["zero_optimization"][key] == value
+    assert "offload_optimizer" not in rendered["zero_optimization"]
+    offloaded = jobspec.deepspeed_zero3_config(role_job(deepspeed_offload_optimizer=True), True)
+    assert (
+        offloaded["zero_optimization"]["offload_optimizer"]
+        == FIELD_REPORT_ZERO3["zero_optimization"]["offload_optimizer"]
+    )
     files = job_files(job, node("rocm"))
     assert files["deepspeed"] == ROLE_ZERO3
     assert files["train"]["max_grad_norm"] == files["deepspeed"]["gradient_clipping"] == 1.0
@@ -147,8 +158,8 @@ def test_the_batch_sizes_of_the_job_reach_the_deepspeed_file():
     assert files["train"]["gradient_accumulation_steps"] == 16
 
 
-def test_optimizer_offload_can_be_switched_off_and_parameter_offload_on():
-    zero = job_files(role_job(deepspeed_offload_optimizer=False), node())["deepspeed"]["zero_optimization"]
+def test_optimizer_offload_is_off_by_default_and_both_offloads_can_be_switched_on():
+    zero = job_files(role_job(), node())["deepspeed"]["zero_optimization"]
     assert zero == {
         "stage": 3,
         "overlap_comm": True,
@@ -157,6 +168,8 @@ def test_optimizer_offload_can_be_switched_off_and_parameter_offload_on():
     }
     zero = job_files(role_job(deepspeed_offload_param=True), node())["deepspeed"]["zero_optimization"]
     assert zero["offload_param"] == {"device": "cpu", "pin_memory": True}
+    assert "offload_optimizer" not in zero
+    zero = job_files(role_job(deepspeed_offload_optimizer=True), node())["deepspeed"]["zero_optimization"]
     assert zero["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
 
 
@@ -165,7 +178,7 @@ def test_deepspeed_extra_merges_deeply():
         "zero_optimization": {"offload_optimizer": {"pin_memory": False}, "stage3_max_live_parameters": 1000000000},
         "steps_per_print": 50,
     }
-    job = role_job(deepspeed_extra=extra)
+    job = role_job(deepspeed_offload_optimizer=True, deepspeed_extra=extra)
     config = job_files(job, node())["deepspeed"]
     assert config == {
         "bf16": {"enabled": True},
@@ -546,7 +559,7 @@ def test_clipping_at_the_trainers_default_keeps_a_ddp_jobs_fingerprint_and_other
         ("extra_args", {"dataloader_num_workers": 0}),
         ("strategy", "fsdp"),
         ("strategy", "ddp"),
-        ("deepspeed_offload_optimizer", False),
+        ("deepspeed_offload_optimizer", True),
         ("deepspeed_offload_param", True),
         ("deepspeed_extra", {"steps_per_print": 50}),
         ("max_grad_norm", 0.5),
