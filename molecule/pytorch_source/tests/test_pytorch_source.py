@@ -153,3 +153,64 @@ def test_build_script_sets_the_rocm_build_environment(host, node, max_jobs):
     assert "refusing to build" not in script.content_string
     rerun = host.file(f"/opt/instinct/build/build-torch-2.10.1-{arch}.sh").content_string
     assert "refusing to build" in rerun
+
+
+# The ROCm packages of the source build, at the simulated AMD repository's 7.0.2 versions
+# (molecule/resources/amd-repo/README.md), on every node of the source path.
+ROCM_BUILD_PACKAGES = {
+    "rocm-ml-sdk": "7.0.2.70002-56~22.04",
+    "rocm-hip-runtime-dev": "7.0.2.70002-56~22.04",
+    "miopen-hip-dev": "3.5.0.70002-56~22.04",
+    "hipblaslt-dev": "1.0.0.70002-56~22.04",
+    "rocsolver-dev": "3.30.1.70002-56~22.04",
+    "roctracer-dev": "4.1.70002.70002-56~22.04",
+    "rocm-hip-sdk": "7.0.2.70002-56~22.04",
+}
+
+
+@pytest.mark.parametrize("package", sorted(ROCM_BUILD_PACKAGES))
+def test_the_source_path_installed_the_rocm_build_packages(host, package):
+    assert host.package(package).is_installed
+    assert host.package(package).version == ROCM_BUILD_PACKAGES[package]
+
+
+def test_torch_was_built_against_miopen_and_the_other_loadhip_configs(host, node):
+    """The stand-in torch refuses to build without each config LoadHIP.cmake requires; it records
+    the versions it found (MIOpen's comes only with rocm-ml-sdk)."""
+    probe = "import json, torch; print(json.dumps(torch._stand_in_build['rocm_cmake_packages']))"
+    found = json.loads(host.check_output(f'cd / && {VENV}/bin/python -c "{probe}"'))
+    assert found["miopen"] == "3.5.0"
+    assert found["hipblaslt"] == "1.0.0"
+    assert len(found) == 13
+
+
+def audio_dir(arch):
+    return f"/opt/instinct/wheels/torchaudio/2.10.0/{arch}-torch2.10.1"
+
+
+def test_torchaudio_was_built_once_per_arch_set_against_the_new_torch(host, node):
+    """torchaudio 2.10.0 is rebuilt for torch 2.10.1 (its key has the torch version); node2 gets
+    node1's, and the 2.10.0 torch's torchaudio folder is pruned."""
+    arch, builds = node
+    assert host.file("/opt/instinct/wheels/torchaudio/2.10.0").listdir() == [f"{arch}-torch2.10.1"]
+    assert host.file(f"{audio_dir(arch)}/torchaudio-2.10.0-py3-none-any.whl").exists
+    info = host.file(f"{audio_dir(arch)}/BUILD-INFO.json")
+    assert info.exists == builds
+    if builds:
+        record = json.loads(info.content_string)
+        assert record["torch"] == "2.10.1"
+        assert record["env"]["PYTORCH_ROCM_ARCH"] == arch
+        assert record["env"]["PYTORCH_VERSION"] == "2.10.1"
+        assert record["env"]["BUILD_VERSION"] == "2.10.0"
+
+
+def test_venv_torchaudio_loads_beside_its_torch(host, node):
+    arch = node[0]
+    probe = "import json, torchaudio; print(json.dumps(torchaudio._stand_in_build))"
+    built = json.loads(host.check_output(f"cd / && sudo -u instinct {VENV}/bin/python -c '{probe}'"))
+    assert built["version"] == "2.10.0"
+    assert built["torch_version"] == "2.10.1"
+    assert built["torch_build"]["env"]["PYTORCH_ROCM_ARCH"] == arch
+    # the trainer's import chain (the stand-in llamafactory of side_effect.yml) works after the
+    # refusal test gave node2 its torchaudio back
+    host.run_expect([0], f"cd / && sudo -u instinct {VENV}/bin/python -c 'import llamafactory.train.tuner'")

@@ -4,6 +4,8 @@
 #   OUTDIR/pytorch.git                 bare; annotated tags v2.10.0 and v2.10.1 (one commit each),
 #                                      submodule third_party/stand_in -> ../stand-in-third-party.git
 #   OUTDIR/stand-in-third-party.git    bare; two commits: v2.10.0 pins the first, v2.10.1 the second
+#   OUTDIR/audio.git                   bare; annotated tag v2.10.0 (./audio-tree + version.txt), the
+#                                      stand-in for GitHub's pytorch/audio
 # The tree committed at each tag is ./tree plus version.txt (the tag's version) and .gitmodules.
 # Usage: build.sh OUTDIR     (idempotent: rebuilt from scratch; fixed names and dates, so the
 #                            commit ids are the same on every run and every machine)
@@ -61,8 +63,17 @@ release() {  # release VERSION SUBMODULE_COMMIT DATE
 release 2.10.0 "$SUB_REV1" "2025-10-15T00:00:00"
 release 2.10.1 "$SUB_REV2" "2025-11-15T00:00:00"
 
+# ---------------------------------------------------------------- the torchaudio stand-in
+AUDIO=$STAGE/audio
+git init --quiet --initial-branch=main "$AUDIO"
+(cd "$HERE/audio-tree" && tar --exclude=__pycache__ --exclude=./build -cf - .) | tar -C "$AUDIO" -xf -
+echo "2.10.0" > "$AUDIO/version.txt"
+git -C "$AUDIO" add -A
+commit "$AUDIO" "2025-10-16T00:00:00" "stand-in torchaudio release 2.10.0"
+git -C "$AUDIO" tag --annotate v2.10.0 --message "stand-in for torchaudio v2.10.0"
+
 # ---------------------------------------------------------------- bare repositories to serve
-for name in pytorch stand-in-third-party; do
+for name in pytorch stand-in-third-party audio; do
     rm -rf "${OUT:?}/$name.git"
     git clone --quiet --bare "$STAGE/$name" "$OUT/$name.git"
     git -C "$OUT/$name.git" remote remove origin
@@ -74,3 +85,4 @@ done
 for tag in v2.10.0 v2.10.1; do
     echo "$tag $(git -C "$OUT/pytorch.git" rev-parse "$tag^{commit}")"
 done
+echo "audio-v2.10.0 $(git -C "$OUT/audio.git" rev-parse "v2.10.0^{commit}")"

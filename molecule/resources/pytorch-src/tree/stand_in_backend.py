@@ -2,8 +2,9 @@
 
 ``pip wheel --no-build-isolation .`` calls it as it would call PyTorch's setup.py. It builds a
 pure-Python wheel named torch at PYTORCH_BUILD_VERSION (as PyTorch's build does) and records in
-torch/_stand_in_build.json the build environment it saw, whether hipify ran and which revision of
-the submodule was checked out. It compiles nothing.
+torch/_stand_in_build.json the build environment it saw, whether hipify ran, which revision of
+the submodule was checked out and the version of each ROCm CMake config that LoadHIP.cmake requires
+(it refuses to build without one, as CMake does). It compiles nothing.
 """
 
 import base64
@@ -11,6 +12,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import zipfile
 
 ROOT = pathlib.Path(__file__).resolve().parent
@@ -27,13 +29,49 @@ RECORDED_ENV = (
     "CMAKE_HIP_COMPILER_LAUNCHER",
     "CCACHE_DIR",
 )
+# The ROCm components PyTorch's cmake/public/LoadHIP.cmake finds in config mode and requires (those
+# the simulated AMD repository ships a config for): a build without one stops, as CMake does.
+LOADHIP_REQUIRED = (
+    "rocrand",
+    "hiprand",
+    "rocblas",
+    "hipblas",
+    "miopen",
+    "hipfft",
+    "hipsparse",
+    "rocprim",
+    "hipcub",
+    "rocthrust",
+    "hipsolver",
+    "rocsolver",
+    "hipblaslt",
+)
 HIPIFY_MARKER = ROOT / "build" / "hipify-stand-in.json"
 SUBMODULE_FILE = ROOT / "third_party" / "stand_in" / "REVISION"
 # Fixed zip timestamps: the same inputs give the same wheel.
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 
+def _rocm_packages():
+    """{name: version} of each LoadHIP component's config under ROCM_PATH, or the CMake error."""
+    rocm = pathlib.Path(os.environ.get("ROCM_PATH") or "/opt/rocm")
+    found = {}
+    for name in LOADHIP_REQUIRED:
+        config = rocm / "lib" / "cmake" / name / f"{name}-config.cmake"
+        if not config.is_file():
+            # What CMake says, in short, when find_package(NAME REQUIRED) finds no config.
+            raise RuntimeError(
+                f"CMake Error at cmake/public/LoadHIP.cmake (find_package): Could not find a package "
+                f'configuration file provided by "{name}" with any of the following names: {name}Config.cmake, '
+                f"{name}-config.cmake (looked in {rocm}/lib/cmake/{name})"
+            )
+        match = re.search(r'set\(\w+_VERSION "([^"]+)"\)', config.read_text())
+        found[name] = match.group(1) if match else None
+    return found
+
+
 def _record():
+    rocm_packages = _rocm_packages()
     if not SUBMODULE_FILE.is_file():
         # What PyTorch's setup.py says, in short, when the submodules were not checked out.
         raise RuntimeError("third_party/stand_in is empty: clone with --recurse-submodules")
@@ -46,6 +84,7 @@ def _record():
         "hipify_ran": hipify is not None,
         "hipify": hipify,
         "submodule_revision": SUBMODULE_FILE.read_text().strip(),
+        "rocm_cmake_packages": rocm_packages,
     }
 
 
