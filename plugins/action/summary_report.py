@@ -6,7 +6,9 @@ node, printed line for line and written as Markdown.
 A ``debug`` task's message is rendered by the stdout callback, which folds a long string at 80
 columns in a YAML rendering (each node's row came out over three or four lines); lines printed
 through ``Display`` reach the terminal as they are, whatever the callback. The table itself is
-built by the pure functions of module_utils/summary.py.
+built by the pure functions of module_utils/summary.py. What an operator should act on (a GPU node
+without AMD's MI300X host tuning) follows the table as Ansible warnings, and in summary.md under
+"Warnings".
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,7 +22,12 @@ from ansible.module_utils.common.text.converters import to_bytes
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.instinct.finetune.plugins.module_utils.summary import node_rows, render_markdown, render_table
+from ansible_collections.instinct.finetune.plugins.module_utils.summary import (
+    node_rows,
+    node_warnings,
+    render_markdown,
+    render_table,
+)
 
 display = Display()
 
@@ -66,9 +73,15 @@ class ActionModule(ActionBase):
         rows = node_rows(task_vars["hostvars"], hosts)
         lines = render_table(rows)
         display.display("\n".join(lines))
+        warnings = node_warnings(task_vars["hostvars"], hosts)
+        for warning in warnings:
+            display.warning(warning)
         written = False
         if args["dest"] and not self._task.check_mode:
-            written = write_if_changed(args["dest"], render_markdown(rows))
+            written = write_if_changed(args["dest"], render_markdown(rows, warnings=warnings))
+        # The warnings follow the table in msg too ("warning: " first, so that no line but a
+        # node's row starts with a node's name), for whoever reads the task's result.
+        lines = lines + [f"warning: {warning}" for warning in warnings]
         # A report of the run on the controller, not a change to any node: never changed.
-        result.update(changed=False, msg=lines, dest=args["dest"], written=written)
+        result.update(changed=False, msg=lines, dest=args["dest"], written=written, node_warnings=warnings)
         return result

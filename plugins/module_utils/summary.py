@@ -6,6 +6,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.instinct.finetune.plugins.module_utils.host_tuning import tuning_cell, tuning_warnings
+
 
 def _deepspeed(report):
     if not report:
@@ -71,6 +73,7 @@ COLUMNS = (
     ("gfx", lambda v: ",".join(v.get("rocm_gfx_archs") or []) or None),
     ("GPUs", lambda v: v.get("rocm_gpu_count")),
     ("PCI GPUs", lambda v: v.get("preflight_pci_gpu_count")),
+    ("host tuning", lambda v: tuning_cell(v.get("preflight_tuning"), v.get("preflight_pci_gpu_count"))),
     ("torch", lambda v: (v.get("pytorch_probe") or {}).get("version")),
     ("DeepSpeed", lambda v: _deepspeed(v.get("deepspeed_report"))),
     ("LLaMA-Factory", _llama_factory),
@@ -102,6 +105,16 @@ def node_rows(hostvars, hosts):
     return rows
 
 
+def node_warnings(hostvars, hosts):
+    """What an operator should act on, one line per finding with the nodes it concerns, in inventory
+    order: the MI300X host settings GPU nodes lack (preflight's record), with the guide's section and
+    the switch."""
+    nodes = [
+        (host, hostvars[host].get("preflight_tuning"), hostvars[host].get("preflight_pci_gpu_count")) for host in hosts
+    ]
+    return tuning_warnings(nodes)
+
+
 def render_table(rows, headers=None):
     """Rows of cells as aligned text lines, header first."""
     headers = list(headers or [title for title, _read in COLUMNS])
@@ -119,9 +132,9 @@ def _markdown_cell(cell):
     return " ".join(str(cell).split()).replace("\\", "\\\\").replace("|", "\\|") or "-"
 
 
-def render_markdown(rows, headers=None, title="Node summary"):
+def render_markdown(rows, headers=None, title="Node summary", warnings=()):
     """Rows of cells as a Markdown document a person reads: a title, a table whose columns are
-    padded so that the text reads as a table too, and what a dash means."""
+    padded so that the text reads as a table too, what a dash means, and the warnings as a list."""
     headers = [_markdown_cell(name) for name in (headers or [name for name, _read in COLUMNS])]
     table = [headers, *[[_markdown_cell(cell) for cell in row] for row in rows]]
     widths = [max(3, *(len(row[i]) for row in table)) for i in range(len(headers))]
@@ -132,4 +145,6 @@ def render_markdown(rows, headers=None, title="Node summary"):
     lines = [f"# {title}", "", line(headers), line(["-" * width for width in widths])]
     lines += [line(row) for row in table[1:]]
     lines += ["", "`-`: the stage did not run on that node, or found nothing to report.", ""]
+    if warnings:
+        lines += ["## Warnings", "", *[f"- {' '.join(str(text).split())}" for text in warnings], ""]
     return "\n".join(lines)

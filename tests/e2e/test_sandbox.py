@@ -213,6 +213,39 @@ def test_the_adapter_and_a_perplexity_below_the_base_models_are_collected(conver
     assert len([line for line in summary if line.startswith("instinct-sandbox-node")]) == 2
 
 
+def test_the_summary_warns_of_each_mi300x_host_setting_the_simulated_nodes_lack(converged):
+    """preflight_apply_tuning is left false in the sandbox and its simulated MI300X nodes lack AMD's
+    host tuning (their kernel command line is the Docker host's): each missing setting is a warning
+    after the table and in summary.md, naming the nodes, the setting, the guide's section and URL, and
+    the switch, and each row's host tuning cell counts them. Nothing was changed on the nodes."""
+    guide = "https://instinct.docs.amd.com/projects/amdgpu-docs/en/latest/system-optimization/mi300x.html"
+    summary = summary_lines(converged)
+    header = [cell.strip() for cell in summary[0].split("|")]
+    warned = [line.removeprefix("warning: ") for line in summary if line.startswith("warning: ")]
+    markdown = (sandbox.collect_dir() / "summary.md").read_text()
+    for line in warned:
+        assert "AMD MI300X system optimisation guide, '" in line and f"({guide}#" in line, line
+        assert "set preflight_apply_tuning: true" in line and "docs/runbooks/host-tuning.md" in line, line
+        assert f"- {line}" in markdown
+    # "SETTING missing on NODE, NODE - source; fix": the nodes each line names.
+    named = {line.split(" - ")[0].split(" missing on ")[0]: line.split(" - ")[0].split(" missing on ")[1].split(", ")
+             for line in warned}  # fmt: skip
+    for host in NODES:
+        cmdline = node(host, "cat", "/proc/cmdline").stdout.split()
+        missing = [f"kernel command line {arg}" for arg in ("iommu=pt", "pci=realloc=off") if arg not in cmdline]
+        assert missing, f"{host}'s kernel command line has AMD's settings; the sandbox no longer shows the warning"
+        if node(host, "cat", "/proc/sys/kernel/numa_balancing").stdout.strip() != "0":
+            missing.append("NUMA auto-balancing off (kernel.numa_balancing = 0)")
+        assert all(host in named.get(setting, []) for setting in missing), (host, missing, warned)
+        row = next(line for line in summary if line.startswith(host))
+        cell = [cell.strip() for cell in row.split("|")][header.index("host tuning")]
+        assert cell == f"{sum(host in hosts for hosts in named.values())} missing", row
+        # Reported, never applied: no GRUB drop-in, no sysctl file.
+        assert node(host, "test", "-e", "/etc/default/grub.d/90-instinct-finetune.cfg", check=False).returncode == 1
+        assert node(host, "test", "-e", "/etc/sysctl.d/90-instinct-finetune.conf", check=False).returncode == 1
+    assert "## Warnings" in markdown
+
+
 def test_site_yml_in_check_mode_passes_on_nodes_before_their_first_run(site):
     """site.yml --check --diff with the job, run before the first site.yml: rc 0. On new nodes the
     stages that need what an earlier stage creates say why they stop predicting there."""

@@ -11,7 +11,14 @@ from tests.unit.plugins.filter.test_summary import HOSTVARS
 
 
 @pytest.fixture
-def shown(monkeypatch):
+def warned(monkeypatch):
+    lines = []
+    monkeypatch.setattr(summary_report.display, "warning", lambda msg, **_kw: lines.append(msg))
+    return lines
+
+
+@pytest.fixture
+def shown(monkeypatch, warned):
     lines = []
     monkeypatch.setattr(summary_report.display, "display", lambda msg, **_kw: lines.append(msg))
     return lines
@@ -35,7 +42,7 @@ def test_prints_one_line_per_node_and_writes_the_markdown(tmp_path, shown):
     # One display call, a line per row: the callback renders none of it.
     assert len(shown) == 1
     printed = shown[0].splitlines()
-    assert printed == result["msg"]
+    assert printed == result["msg"][: len(printed)]
     assert [line.split(" ")[0] for line in printed[2:]] == ["mi300x-01", "mi300x-02", "cpu-01"]
     text = dest.read_text()
     assert text.startswith("# Node summary\n") and "| mi300x-01 " in text
@@ -59,3 +66,33 @@ def test_check_mode_prints_but_writes_nothing_and_no_dest_writes_nothing(tmp_pat
     assert result["written"] is False and not dest.exists()
     assert run({"hosts": ["mi300x-02"]})["msg"][2].startswith("mi300x-02")
     assert len(shown) == 2
+
+
+def test_the_missing_host_tuning_follows_the_table_as_warnings(tmp_path, shown, warned):
+    """mi300x-02's preflight found none of AMD's MI300X settings: four Ansible warnings, each naming
+    the setting, the guide's section and URL, and the switch; the same lines end msg and summary.md.
+    mi300x-01 is tuned and cpu-01 has no GPU: nothing is said of them."""
+    dest = tmp_path / "summary.md"
+    result = run({"dest": str(dest)})
+    assert len(warned) == 4 and all(" missing on mi300x-02 - " in line for line in warned)
+    assert warned[0].startswith("kernel command line iommu=pt missing") and "#mi300x-grub-settings" in warned[0]
+    assert "NUMA auto-balancing" in warned[2] and "#mi300x-disable-numa" in warned[2]
+    assert "C2 idle state" in warned[3] and "C-states" in warned[3]
+    assert all("preflight_apply_tuning: true" in line and "docs/runbooks/host-tuning.md" in line for line in warned)
+    assert result["node_warnings"] == warned
+    assert result["msg"][-4:] == [f"warning: {line}" for line in warned]
+    # No line but a node's row starts with a node's name (readers pick the rows that way).
+    assert [line.split(" ")[0] for line in result["msg"] if line.startswith(("mi300x", "cpu"))] == [
+        "mi300x-01", "mi300x-02", "cpu-01",
+    ]  # fmt: skip
+    text = dest.read_text()
+    warnings_part = text.split("## Warnings\n", 1)[1]
+    assert [line[2:] for line in warnings_part.strip().splitlines() if line.startswith("- ")] == warned
+    assert "| mi300x-02 " in text and "4 missing" in text
+
+
+def test_no_warnings_section_where_every_gpu_node_is_tuned(tmp_path, shown, warned):
+    dest = tmp_path / "summary.md"
+    result = run({"dest": str(dest)}, play_hosts=["mi300x-01", "cpu-01"])
+    assert warned == [] and result["node_warnings"] == []
+    assert "Warnings" not in dest.read_text() and not any(line.startswith("warning:") for line in result["msg"])
