@@ -34,7 +34,7 @@ PLAYBOOK = f"""\
 """
 
 
-def run_step(tmp_path, step="validate", record=None, probe=None, **extra):
+def run_step(tmp_path, step="validate", record=None, probe=None, options=(), **extra):
     record_path = tmp_path / "facts.d" / "instinct_rocm.fact"
     if record is not None:
         record_path.parent.mkdir()
@@ -61,7 +61,7 @@ def run_step(tmp_path, step="validate", record=None, probe=None, **extra):
     playbook = Path(sys.executable).parent / "ansible-playbook"
     proc = subprocess.run(
         [str(playbook) if playbook.exists() else "ansible-playbook", "-i", "node1,", str(tmp_path / "play.yml"),
-         "-e", json.dumps(extravars)],
+         "-e", json.dumps(extravars), *options],
         capture_output=True, text=True, env=env, check=False, cwd=ROOT, timeout=300,
     )  # fmt: skip
     return proc, " ".join(proc.stdout.split())
@@ -100,6 +100,13 @@ def test_no_record_and_no_rocm_version_is_refused_on_the_wheel_path(tmp_path):
     proc, out = run_step(tmp_path)
     assert proc.returncode != 0, out[-3000:]
     assert "node1: no ROCm release is known for this node" in out
+
+
+def test_a_check_run_before_the_first_record_says_so_and_chooses_no_wheel(tmp_path):
+    proc, out = run_step(tmp_path, options=["--check"])
+    assert proc.returncode == 0, out[-3000:]
+    assert "check mode on node1: no ROCm release is recorded yet" in out
+    assert "CHOSEN index=[] label=[]" in out
 
 
 def test_the_source_path_needs_no_index(tmp_path):
