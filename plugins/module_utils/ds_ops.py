@@ -11,7 +11,7 @@ What each path loads, read from DeepSpeed v0.16.9, accelerate and transformers:
   (``finetune_deepspeed_extra``) makes DeepSpeed build its own: Adam/AdamW -> FUSED_ADAM (GPU) or
   CPU_ADAM (offloaded), Adagrad -> CPU_ADAGRAD when offloaded, Lamb -> FUSED_LAMB, Lion -> FUSED_LION
   or CPU_LION (``runtime/engine.py: _configure_basic_optimizer``).
-- ZeRO-2 and ZeRO-3 themselves load no op, except ASYNC_IO when a state is offloaded to NVMe
+- ZeRO-2 and ZeRO-3 themselves load no op, except AIO when a state is offloaded to NVMe
   (``runtime/swap_tensor``) and QUANTIZER for ZeRO++'s quantized weights or gradients
   (``zero/partition_parameters.py``, ``runtime/comm/coalesced_collectives.py``).
 - On CPU ranks ``deepspeed.comm`` (``comm/torch.py: build_shm_op``) loads SHM_COMM at start-up; on a
@@ -55,6 +55,10 @@ _OPTIMIZER_OPS = {
     "lamb": ("FUSED_LAMB", "FUSED_LAMB"),
     "lion": ("CPU_LION", "FUSED_LION"),
 }
+# The builders of DeepSpeed's CPU accelerator (op_builder/cpu): an op outside them cannot be built or
+# loaded on a CPU node, whatever the job asks.
+CPU_BUILDERS = ("AIO", "CPU_ADAM", "FUSED_ADAM", "SHM_COMM")
+# Op names are DeepSpeed's build switches without DS_BUILD_ (async I/O's is DS_BUILD_AIO, op async_io).
 _QUANTIZED = ("zero_quantized_weights", "zero_quantized_gradients", "zero_quantized_nontrainable_weights")
 _OP_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
@@ -107,9 +111,11 @@ def job_ops(strategy, device, offload_optimizer=False, deepspeed_extra=None):
             if op:
                 ops.setdefault(op, f"the DeepSpeed config's {optimizer['type']} optimizer")
     if "nvme" in (optimizer_device, _offload_device(zero, "offload_param")):
-        ops["ASYNC_IO"] = "a ZeRO state is offloaded to NVMe (libaio-dev needed to build it)"
+        ops["AIO"] = "a ZeRO state is offloaded to NVMe (libaio-dev needed to build it)"
     if any(_truthy(zero.get(key, False)) for key in _QUANTIZED):
         ops["QUANTIZER"] = "ZeRO++ quantized weights or gradients"
+    if device == "cpu":
+        ops = {op: why for op, why in ops.items() if op in CPU_BUILDERS}
     return ops
 
 

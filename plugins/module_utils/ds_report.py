@@ -86,9 +86,16 @@ def ds_op_problems(report, wanted_ops):
 
     ds_report names an op by its builder's NAME: mostly the DS_BUILD_ name in lower case, but the
     CPU communication ops are ``deepspeed_shm_comm`` and ``deepspeed_ccl_comm`` (DS_BUILD_SHM_COMM,
-    DS_BUILD_CCL_COMM)."""
+    DS_BUILD_CCL_COMM) and async I/O is ``async_io`` (DS_BUILD_AIO)."""
     installed = {name.lower() for name in report.get("installed_ops") or []}
-    return [op for op in wanted_ops or [] if not {op.lower(), f"deepspeed_{op.lower()}"} & installed]
+    return [
+        op for op in wanted_ops or []
+        if not {op.lower(), f"deepspeed_{op.lower()}", _OP_ALIASES.get(op, "")} & installed
+    ]  # fmt: skip
+
+
+# Builders whose NAME is not their switch's: DS_BUILD_AIO builds async_io.
+_OP_ALIASES = {"AIO": "async_io"}
 
 
 _OP_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")

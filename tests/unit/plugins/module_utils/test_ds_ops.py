@@ -46,8 +46,8 @@ def test_what_each_strategy_loads_beyond_the_floor():
 def test_nvme_offload_adds_async_io():
     extra = {"zero_optimization": {"offload_param": {"device": "nvme", "nvme_path": "/local_nvme"}}}
     plan = deepspeed_ops("rocm", "deepspeed_zero3", True, extra)
-    assert plan["ops"] == ["ASYNC_IO", "CPU_ADAM", "FUSED_ADAM"]
-    assert plan["env"]["DS_BUILD_ASYNC_IO"] == "1"
+    assert plan["ops"] == ["AIO", "CPU_ADAM", "FUSED_ADAM"]
+    assert plan["env"]["DS_BUILD_AIO"] == "1"
 
 
 def test_zero_plus_plus_quantization_adds_the_quantizer():
@@ -76,6 +76,15 @@ def test_an_optimizer_block_of_the_deepspeed_settings_adds_its_op(optimizer, off
     plan = deepspeed_ops("rocm", "deepspeed_zero3", offload, {"optimizer": optimizer})
     assert op in plan["ops"]
     assert plan["env"][f"DS_BUILD_{op}"] == "1"
+
+
+def test_a_cpu_node_gets_only_ops_deepspeeds_cpu_accelerator_has_builders_for():
+    extra = {
+        "optimizer": {"type": "Lamb"},
+        "zero_optimization": {"zero_quantized_weights": True, "offload_param": {"device": "nvme"}},
+    }
+    # FUSED_LAMB and QUANTIZER have no builder in op_builder/cpu: instinct-ds-ops would find no such op.
+    assert deepspeed_ops("cpu", "deepspeed_zero3", True, extra)["ops"] == ["AIO", "CPU_ADAM", "SHM_COMM"]
 
 
 def test_torch_adam_in_the_deepspeed_settings_loads_no_op():

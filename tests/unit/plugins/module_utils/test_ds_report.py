@@ -66,6 +66,9 @@ def test_cpu_accelerator():
     # ds_report names the CPU communication op deepspeed_shm_comm (its builder's NAME).
     built = dict(facts, installed_ops=["cpu_adam", "deepspeed_shm_comm"])
     assert ds_op_problems(built, ["CPU_ADAM", "SHM_COMM"]) == []
+    # Async I/O's switch is DS_BUILD_AIO, its builder's NAME async_io (not installed in this report).
+    assert ds_op_problems(facts, ["AIO"]) == ["AIO"]
+    assert ds_op_problems(dict(facts, installed_ops=["async_io"]), ["AIO"]) == []
 
 
 @pytest.mark.parametrize("text", ["", "Traceback (most recent call last):\n  ...\nImportError: x\n"])
