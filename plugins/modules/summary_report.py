@@ -17,13 +17,18 @@ version_added: 0.1.0
 author: instinct.finetune maintainers (@instinct-finetune)
 description:
   - Runs on the controller (an action plugin), normally once (C(run_once)). Reads what each stage
-    left in the nodes' variables (OS, ROCm release, gfx archs, GPU counts, torch, DeepSpeed,
-    LLaMA-Factory, fabric NIC, GPU metrics, job, strategy, perplexities), C(-) where a stage did not
-    run, the same table as the filter P(instinct.finetune.node_summary#filter).
+    left in the nodes' variables (OS, ROCm release, gfx archs, GPU counts, host tuning, torch,
+    DeepSpeed, LLaMA-Factory, fabric NIC, GPU metrics, job, strategy, perplexities), C(-) where a
+    stage did not run, the same table as the filter P(instinct.finetune.node_summary#filter).
   - Prints the table line for line, one row per node, through Ansible's display, so that no stdout
     callback folds a row over several lines.
-  - Writes the table as a Markdown document to O(dest) on the controller (its folder made), unless
-    it already holds the same text.
+  - After the table, one Ansible warning per AMD MI300X host setting that GPU nodes lack (from
+    preflight's record C(preflight_tuning)), naming the nodes, the setting, its section of AMD's MI300X
+    system optimisation guide with its URL, the switch (C(preflight_apply_tuning)) and the runbook
+    C(docs/runbooks/host-tuning.md); C(pending reboot) where the tuning was applied and the kernel
+    command line waits for a reboot. The C(host tuning) column counts them per node.
+  - Writes the table as a Markdown document to O(dest) on the controller (its folder made), the
+    warnings under C(## Warnings), unless it already holds the same text.
 options:
   hosts:
     description: The nodes to list, in order; by default every host of the play (C(ansible_play_hosts_all)).
@@ -61,10 +66,21 @@ EXAMPLES = r"""
 
 RETURN = r"""
 msg:
-  description: The printed table, header and rule first, one line per node.
+  description: The printed table, header and rule first, one line per node, then each warning prefixed C(warning:).
   returned: always
   type: list
   elements: str
+node_warnings:
+  description: The warnings printed after the table (missing MI300X host tuning on GPU nodes).
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - >-
+      kernel command line iommu=pt missing on node1, node2 - AMD MI300X system optimisation guide, 'GRUB settings'
+      (https://instinct.docs.amd.com/projects/amdgpu-docs/en/latest/system-optimization/mi300x.html#mi300x-grub-settings);
+      set preflight_apply_tuning: true (writes a GRUB drop-in; takes effect after a reboot,
+      preflight_allow_reboot: true). See docs/runbooks/host-tuning.md
 dest:
   description: The Markdown file, as given; empty for none.
   returned: always
