@@ -7,7 +7,10 @@ What each path loads, read from DeepSpeed v0.16.9, accelerate and transformers:
 - The Trainer's DeepSpeed integration has no optimizer block in our ZeRO JSON, so it hands DeepSpeed
   the Trainer's own (torch) AdamW. With ``offload_optimizer`` on, accelerate swaps it for
   ``DeepSpeedCPUAdam`` (op CPU_ADAM) before ``deepspeed.initialize``; without offload the torch
-  optimizer runs on the GPU and DeepSpeed loads no optimizer op. An optimizer block in the JSON
+  optimizer runs on the GPU and DeepSpeed loads no optimizer op. (accelerate 1.11's
+  ``map_pytorch_optim_to_deepspeed`` swaps a Trainer ``optim`` of Adagrad for DeepSpeedCPUAdagrad and
+  bitsandbytes' 32-bit Lion for DeepSpeedCPULion: such a job adds CPU_ADAGRAD or CPU_LION through
+  ``deepspeed_extra_ops``; the Trainer's arguments are not read here.) An optimizer block in the JSON
   (``finetune_deepspeed_extra``) makes DeepSpeed build its own: Adam/AdamW -> FUSED_ADAM (GPU) or
   CPU_ADAM (offloaded), Adagrad -> CPU_ADAGRAD when offloaded, Lamb -> FUSED_LAMB, Lion -> FUSED_LION
   or CPU_LION (``runtime/engine.py: _configure_basic_optimizer``).
