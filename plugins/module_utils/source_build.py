@@ -110,6 +110,6 @@ def release_pins(packages, madison, rocm_core_version):
     if missing:
         raise ValueError(
             f"the apt sources offer no {', '.join(missing)} of the installed ROCm release (rocm-core "
-            f"{rocm_core_version}, versions ending {suffix})"
+            f"{rocm_core_version}, versions ending {suffix}); see docs/runbooks/wheel-build-failed.md"
         )
     return [f"{name}={found[name]}" for name in packages]
