@@ -270,7 +270,7 @@ build_release() {
     if [[ -n $ml_dev ]]; then
         local entry deb up cm v V_MIOPEN_DEV=''
         for entry in $ml_dev; do
-            IFS== read -r deb up cm <<< "$entry"
+            IFS='=' read -r deb up cm <<< "$entry"
             v=$(rv "$up")
             [[ $deb == miopen-hip-dev ]] && V_MIOPEN_DEV=$v
             mkpkg "$deb" "$v" amd64 "rocm-core" "ROCm $deb (simulated: the CMake config PyTorch's build finds, no library)"
