@@ -4,7 +4,7 @@
 venv:         ## create or refresh .venv/ (pinned tools and collections)
 	bash scripts/bootstrap-venv.sh
 
-test:         ## every check, in order, from a bare machine; prints the total time
+test:         ## every check from a bare machine: the e2e lane beside the check lane; prints the total time
 	bash scripts/test.sh
 
 lint:         ## ruff, yamllint, ansible-lint (production), ansible-test sanity, syntax-check

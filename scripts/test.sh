@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# The one test command (`make test`): every check, in order, from a bare machine.
-#   controller venv -> ruff -> yamllint -> ansible-lint -> ansible-test sanity -> syntax-check -> changelog lint
-#   -> pytest unit tests -> collection build/install/doc -> Docker engine + images
-#   -> integration: the molecule scenarios and, alongside them, the end-to-end run on the sandbox
-#      cluster (site.yml through ansible-runner, monitoring, a killed rank, a resume, health.yml)
-# Each stage prints its duration; the total is printed at the end. Any failure stops the run.
+# The one test command (`make test`): every check, from a bare machine.
+#   controller venv, then two lanes side by side:
+#     e2e lane:   Docker engine + images -> the end-to-end run on the sandbox cluster (site.yml through
+#                 ansible-runner, monitoring, a killed rank, a resume, health.yml)
+#     check lane: ruff -> yamllint -> markdown -> ansible-lint -> ansible-test sanity -> syntax-check
+#                 -> changelog lint -> pytest unit tests -> collection build/install/doc
+#                 -> (the images, once the e2e lane has them) -> the molecule scenarios -> the watch soak
+# The e2e lane is the longest and waits on apt, pip, compiles and training steps in its containers; the
+# checks fill the CPU it leaves idle instead of running before it. Each stage prints its duration; the
+# total is printed at the end. A lane stops at its first failure, and a failed check lane stops the e2e
+# lane too.
 # Run a subset with: scripts/test.sh lint unit
-#   (stages: venv lint syntax unit collection integration, or molecule, e2e and soak one after the other)
+#   (stages: venv lint syntax unit collection integration, or molecule, e2e and soak one after the other;
+#   all = venv, then the two lanes above, the default)
 # Run chosen scenarios with: MOLECULE_SCENARIOS="rocm diagnose" scripts/test.sh molecule
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -16,7 +22,7 @@ root=$PWD
 source scripts/env.sh
 
 stages=("$@")
-[[ ${#stages[@]} -gt 0 ]] || stages=(venv lint syntax unit collection integration)
+[[ ${#stages[@]} -gt 0 ]] || stages=(all)
 
 declare -a report=()
 run_start=$SECONDS
@@ -59,6 +65,7 @@ do_lint() {
   printf '\n===== ansible-test sanity (ran alongside the linters above) =====\n'
   cat "$sanity_log"
   report+=("$(printf '%-28s %5ss' "ansible-test sanity" "$((SECONDS - sanity_start))")")
+  [[ -z ${STAGE_REPORT_FILE:-} ]] || printf '%s\n' "${report[-1]}" >>"$STAGE_REPORT_FILE"
   [[ $sanity_rc -eq 0 ]] || { echo "ansible-test sanity failed (exit $sanity_rc)"; return "$sanity_rc"; }
 }
 
@@ -189,6 +196,7 @@ do_integration() {
   local e2e_pid=$!
   # The soak follows the scenarios in their lane, the shorter one.
   (
+    # shellcheck disable=SC2030  # each lane's stages report to its own file, in its own subshell
     export STAGE_REPORT_FILE=$logs/molecule-stages.txt
     do_molecule
     stage "watch soak (1000 rounds)" do_soak
@@ -206,6 +214,76 @@ do_integration() {
   mapfile -t -O "${#report[@]}" report <"$logs/e2e-stage.txt"
   [[ $rc -eq 0 ]] || { echo "molecule scenarios failed (exit $rc)"; return "$rc"; }
   [[ $e2e_rc -eq 0 ]] || { echo "end-to-end tests failed (exit $e2e_rc)"; return "$e2e_rc"; }
+}
+
+# Every process under a pid, children first (a lane's pytest, its ansible-runner and their children).
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
+
+do_all() {
+  local logs=$root/artifacts/test-logs
+  mkdir -p "$logs"
+  rm -f "$logs/images.ready" "$logs/images.failed"
+  : >"$logs/check-stages.txt"
+  : >"$logs/e2e-stage.txt"
+  # The e2e lane: it builds the engine and images the molecule scenarios use too, then says so.
+  (
+    # However this lane ends before its images are made, the check lane must not wait for them.
+    trap '[[ -f $logs/images.ready ]] || touch "$logs/images.failed"' EXIT
+    start=$SECONDS
+    do_images
+    printf '%-28s %5ss\n' "docker engine + images" "$((SECONDS - start))" >"$logs/e2e-stage.txt"
+    touch "$logs/images.ready"
+    start=$SECONDS
+    do_e2e
+    printf '%-28s %5ss\n' "e2e sandbox (e2e lane)" "$((SECONDS - start))" >>"$logs/e2e-stage.txt"
+  ) >"$logs/e2e.log" 2>&1 &
+  local e2e_pid=$!
+  echo "the e2e lane runs in the background (Docker engine, images, then tests/e2e): $logs/e2e.log"
+  # The check lane, in this terminal.
+  (
+    # shellcheck disable=SC2031  # each lane's stages report to its own file, in its own subshell
+    export STAGE_REPORT_FILE=$logs/check-stages.txt
+    do_lint
+    stage "syntax-check" do_syntax
+    stage "changelog lint" do_changelog
+    stage "pytest unit" do_unit
+    stage "collection build+install" do_collection
+    stage "images (from e2e lane)" wait_for_images "$logs"
+    do_molecule
+    stage "watch soak (1000 rounds)" do_soak
+  ) &
+  local check_pid=$!
+  trap 'kill_tree "$e2e_pid"; kill_tree "$check_pid"' INT TERM
+  local rc=0 e2e_rc=0
+  wait "$check_pid" || rc=$?
+  if [[ $rc -ne 0 ]]; then
+    echo "the check lane failed (exit $rc): stopping the e2e lane"
+    kill_tree "$e2e_pid"
+  fi
+  wait "$e2e_pid" || e2e_rc=$?
+  trap - INT TERM
+  printf '\n===== e2e lane (ran alongside the checks; %s) =====\n' "$logs/e2e.log"
+  cat "$logs/e2e.log"
+  mapfile -t -O "${#report[@]}" report <"$logs/check-stages.txt"
+  mapfile -t -O "${#report[@]}" report <"$logs/e2e-stage.txt"
+  [[ $rc -eq 0 ]] || { echo "the check lane failed (exit $rc)"; return "$rc"; }
+  [[ $e2e_rc -eq 0 ]] || { echo "the e2e lane failed (exit $e2e_rc)"; return "$e2e_rc"; }
+}
+
+# The molecule scenarios need the images the e2e lane builds: wait for its word (an hour at most).
+wait_for_images() {
+  local logs=$1 waited=0
+  until [[ -f $logs/images.ready ]]; do
+    [[ ! -f $logs/images.failed ]] || { echo "the e2e lane could not build the images (see $logs/e2e.log)"; return 1; }
+    ((waited < 3600)) || { echo "no images after an hour (see $logs/e2e.log)"; return 1; }
+    sleep 5
+    waited=$((waited + 5))
+  done
+  do_images
 }
 
 needs_images=false
@@ -228,7 +306,8 @@ for s in "${stages[@]}"; do
     e2e) stage "docker engine + images" do_images; stage "e2e sandbox" do_e2e ;;
     soak) stage "watch soak (1000 rounds)" do_soak ;;
     integration) stage "docker engine + images" do_images; stage "integration" do_integration ;;
-    *) echo "unknown stage $s (venv lint syntax unit collection integration molecule e2e soak)" >&2; exit 2 ;;
+    all) stage "controller venv" do_venv; do_all ;;
+    *) echo "unknown stage $s (all venv lint syntax unit collection integration molecule e2e soak)" >&2; exit 2 ;;
   esac
 done
 
