@@ -43,12 +43,50 @@ def _probe_reason(result):
 
 
 def _os(raw, settings):
+    # Headers matter only where the rocm stage builds amdgpu-dkms against them (settings'
+    # install_driver: rocm_install_driver, true where unset); a node on its kernel's own driver needs none.
+    install_driver = settings.get("install_driver", True)
     return {
         "distribution": settings.get("distribution"),
         "version": settings.get("distribution_version"),
         "supported": settings.get("platform_supported"),
         "kernel": raw.get("kernel"),
         "headers": raw.get("headers"),
+        "headers_needed": str(install_driver).strip().lower() not in ("false", "no", "off", "0"),
+    }
+
+
+# A wheel_build log, build-NAME-VERSION-ARCHKEY.log: the name runs to the first "-" before a digit.
+_BUILD_LOG = re.compile(r"build-(?P<name>.+?)-(?P<version>\d[^-]*)-(?P<key>.+)\.log$")
+
+
+def build_log_key(log):
+    """The build a log is of, whatever its version: ``(name, arch key)``; the file name where it does
+    not follow wheel_build's pattern."""
+    base = log.rsplit("/", 1)[-1]
+    match = _BUILD_LOG.match(base)
+    return (match.group("name"), match.group("key")) if match else (base, "")
+
+
+def _builds(raw):
+    """The failed build logs that still stand. wheel_build logs each (name, version, arch set) to a
+    file of its own, so a failed log stays after a later build of that name and arch set succeeded
+    (another version, or the same built elsewhere) or failed anew: only the newest log of each
+    (name, arch set) speaks for the build; an older failed one is ``superseded``. A gather without
+    ``logs`` (every log with its mtime) gives its failed ones as they are."""
+    failed = raw.get("failed") or []
+    logs = raw.get("logs")
+    if logs is None:
+        return {"failed": failed, "superseded": []}
+    newest = {}
+    for entry in logs:
+        key = build_log_key(entry["log"])
+        if key not in newest or (entry.get("mtime") or 0) >= (newest[key].get("mtime") or 0):
+            newest[key] = entry
+    current = {entry["log"] for entry in newest.values()}
+    return {
+        "failed": [entry for entry in failed if entry["log"] in current],
+        "superseded": [entry["log"] for entry in failed if entry["log"] not in current],
     }
 
 
@@ -353,7 +391,7 @@ def node_facts(raw, probes, settings):
         "repositories": _repositories,
         "fabric": lambda r: _fabric(r, smi),
         "libraries": lambda r: _libraries(r, rocminfo),
-        "builds": lambda r: {"failed": r.get("failed") or []},
+        "builds": _builds,
         "memory": lambda r: _memory(r, settings),
         "disk": lambda r: _disk(r, settings),
         "jobs": lambda r: _jobs(r, raw.get("time") or 0, settings),

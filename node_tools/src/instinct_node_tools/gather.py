@@ -275,13 +275,21 @@ def section_libraries(settings):
 
 
 def section_builds(settings):
-    failed = []
+    """The build logs that end in an error (``failed``), and every log with its mtime (``logs``), so
+    that the diagnosis can leave out a failed log a later build of the same wheel superseded."""
+    failed, logs = [], []
     for log in sorted(glob.glob(os.path.join(settings["build_log_dir"], "build-*.log"))):
         tail = (read(log, 20000) or "").strip().splitlines()[-5:]
         text = "\n".join(tail)
-        if re.search(r"(error:|Error|FAILED|failed with exit code|exited with|Traceback)", text):
+        broken = bool(re.search(r"(error:|Error|FAILED|failed with exit code|exited with|Traceback)", text))
+        try:
+            mtime = os.path.getmtime(log)
+        except OSError:
+            mtime = None
+        logs.append({"log": log, "mtime": mtime, "failed": broken})
+        if broken:
             failed.append({"log": log, "tail": tail})
-    return {"failed": failed}
+    return {"failed": failed, "logs": logs}
 
 
 def section_memory(settings):
