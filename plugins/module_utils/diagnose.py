@@ -2,15 +2,18 @@
 # Apache License 2.0 (see LICENSE)
 """The facts diagnose.yml's rules read, built from what it collected on a node (pure functions).
 
-``node_facts(raw, probes, settings)`` turns the raw sections of ``roles/diagnose/files/gather.py``
-and the probe results (rocminfo_facts, rocm_smi_facts, the venv probe, ds_report) into one document
+``node_facts(raw, probes, settings)`` turns the raw sections of the node tools' gather and the probe
+results (rocminfo_facts, rocm_smi_facts, the venv probe, the node's ROCm release, ds_report) into one document
 per node. Every section is present only when it was collected (``--tags`` limits what is), so a
 rule about a section that did not run finds null and does not apply. The rules themselves are data
-(``roles/diagnose/files/rules.yml``): JMESPath expressions over this document.
+(``roles/diagnose/files/rules.yml``): JMESPath expressions over this document. A rule's
+``severity`` is ``error`` (the default: the node is broken) or ``warning`` (it works, slower or less
+safely than it could): warnings are reported apart and never fail a run.
 """
 
 from __future__ import absolute_import, division, print_function
 
+import json
 import math
 import re
 
@@ -18,17 +21,25 @@ from ansible_collections.instinct.finetune.plugins.module_utils import (
     apt_index,
     driver,
     gpu_metrics,
+    host_tuning,
     jobstate,
     pci,
     pystack,
+    torch_release,
+    trainer_import,
 )
 from ansible_collections.instinct.finetune.plugins.module_utils import ds_report as ds_report_utils
 from ansible_collections.instinct.finetune.plugins.module_utils.rdma import port_state
+from ansible_collections.instinct.finetune.plugins.module_utils.rocm_release import normalize_version
 
 __metaclass__ = type
 
 ROCM_REASONS_DRIVER = ("driver_not_loaded",)
 ROCM_REASONS_PERMISSION = ("kfd_permission", "kfd_permission_not_render_group")
+# preflight_kernel_cmdline_args' default: what the tuning check looks for when settings name nothing.
+KERNEL_ARGS = ("iommu=pt", "pci=realloc=off")
+SEVERITIES = ("error", "warning")
+_RELEASE = re.compile(r"^\s*(\d+\.\d+(?:\.\d+)?)")
 
 
 def _probe_reason(result):
@@ -252,7 +263,39 @@ def _libraries(raw, rocminfo):
     }
 
 
-def _torch(venv, rocminfo, settings):
+def rocm_release(release):
+    """The ROCm release of a node, ``(version, source)``: ``<rocm>/.info/version`` first (``7.0.2-56``: what
+    /opt/rocm holds, what extensions compile against), then the rocm stage's record (its JSON's
+    ``version``); ``(None, None)`` when neither is there or readable. ``release``: ``{installed, record}``,
+    the two files' texts (None where absent)."""
+    release = release or {}
+    match = _RELEASE.match(str(release.get("installed") or ""))
+    if match:
+        return normalize_version(match.group(1)), "rocm_path"
+    try:
+        record = json.loads(release.get("record") or "null")
+        version = record.get("version") if isinstance(record, dict) else None
+        return (normalize_version(version), "record") if version else (None, None)
+    except ValueError:
+        return None, None
+
+
+def _trainer(venv, probe, settings):
+    """The judgement of ``import llamafactory.train.tuner`` in the venv (the probe's ``trainer``):
+    None when it imports or was not tried, else trainer_import's ``{kind, module, message}``."""
+    trainer = venv.get("trainer")
+    if not isinstance(trainer, dict) or trainer.get("rc") == 0:
+        return None
+    rc = trainer.get("rc")
+    return trainer_import.import_problem(
+        "no status (it did not finish)" if rc is None else rc,
+        trainer.get("output"),
+        settings.get("host") or "this node",
+        probe.get("version") or "?",
+    )
+
+
+def _torch(venv, rocminfo, settings, release=None):
     if not venv or venv.get("skipped"):
         return {"installed": None}
     if not venv.get("python"):
@@ -273,6 +316,8 @@ def _torch(venv, rocminfo, settings):
         problems = pystack.torch_problems(probe, facts.get("rocm_gfx_archs") or [], facts.get("rocm_gpu_count") or 0)
     wanted = settings.get("torch_version")
     llamafactory = venv.get("llamafactory_error")
+    rocm, rocm_source = rocm_release(release)
+    mismatch = torch_release.hip_problem(probe.get("hip"), rocm, probe.get("version") or "") if rocm else ""
     return {
         "installed": "No module named 'torch'" not in (probe.get("error") or ""),
         "python": python,
@@ -285,6 +330,13 @@ def _torch(venv, rocminfo, settings):
         "llamafactory_error": llamafactory,
         # Not installed yet is not a fault; installed and failing to import is.
         "llamafactory_broken": bool(llamafactory) and "No module named 'llamafactory'" not in llamafactory,
+        # What LLaMA-Factory's run_exp imports (torchaudio among it), judged as the llama_factory role does.
+        "trainer_import": _trainer(venv, probe, settings),
+        # torch.version.hip against the node's ROCm release, judged as the pytorch role does.
+        "hip": probe.get("hip"),
+        "rocm_release": rocm,
+        "rocm_release_source": rocm_source,
+        "rocm_mismatch": mismatch or None,
     }
 
 
@@ -371,14 +423,51 @@ def _uncorrectable(text):
     return [int(gpu) for gpu, value in counts if float(value) > 0]
 
 
+def _tuning(raw, settings):
+    """AMD's MI300X host settings the node lacks, judged as the end-of-run summary judges preflight's
+    record (host_tuning.tuning_findings): nothing for a node without Instinct GPUs on the PCI bus. A
+    kernel argument that preflight's GRUB drop-in already holds waits for a reboot."""
+    wanted = list(settings.get("kernel_cmdline_args") or KERNEL_ARGS)
+    cmdline = raw.get("cmdline")
+    missing = [arg for arg in wanted if arg not in cmdline.split()] if cmdline is not None else []
+    dropin = raw.get("grub_dropin")
+    pending = bool(missing) and dropin is not None and all(_in_dropin(arg, dropin) for arg in missing)
+    c2 = "unknown" if raw.get("c2_name") != "C2" else ("off" if raw.get("c2_disable") == "1" else "on")
+    record = {
+        "cmdline_missing": missing,
+        "numa_balancing": raw.get("numa_balancing") or "",
+        "c2": c2,
+        "applied": pending,
+        "reboot_allowed": bool(settings.get("allow_reboot")),
+    }
+    gpus = len([path for text in raw.get("lspci") or [] for path in pci.parse_lspci_paths(text)])
+    found = host_tuning.tuning_findings(record, gpus)
+    return {
+        "pci_gpus": gpus,
+        "cmdline_missing": missing,
+        "numa_balancing": record["numa_balancing"] or None,
+        "c2": c2,
+        "pending_reboot": pending,
+        "missing": found,
+        "summary": [f"{finding['setting']} {finding['state']}" for finding in found],
+    }
+
+
+def _in_dropin(arg, text):
+    """The argument as a word of the drop-in's GRUB_CMDLINE_LINUX_DEFAULT line (quotes around it)."""
+    return re.search(r'(?<![^\s"])' + re.escape(arg) + r'(?![^\s"])', text) is not None
+
+
 def node_facts(raw, probes, settings):
     """The diagnose facts of one node.
 
     ``raw``: gather.py's JSON (sections by name). ``probes``: the registered results of
     ``rocminfo`` and ``smi`` (the probe modules), ``venv`` (venv_probe.py's JSON or
-    ``{"skipped": true}``) and ``ds_report`` (its stdout or None). ``settings``: expected_gpus,
-    temperature_limit, min_free_disk_gb, min_free_memory_gb, stall_minutes, torch_on_gpu,
-    torch_version, and the platform facts (distribution, distribution_version, platform_supported).
+    ``{"skipped": true}``), ``rocm_release`` (``{installed, record}``: the texts of ``<rocm>/.info/version``
+    and of the rocm stage's record, None where absent) and ``ds_report`` (its stdout or None).
+    ``settings``: expected_gpus, temperature_limit, min_free_disk_gb, min_free_memory_gb,
+    stall_minutes, torch_on_gpu, torch_version, kernel_cmdline_args, allow_reboot, host, and the
+    platform facts (distribution, distribution_version, platform_supported).
     """
     rocminfo, smi = probes.get("rocminfo"), probes.get("smi")
     facts = {}
@@ -396,6 +485,7 @@ def node_facts(raw, probes, settings):
         "disk": lambda r: _disk(r, settings),
         "jobs": lambda r: _jobs(r, raw.get("time") or 0, settings),
         "monitoring": _monitoring,
+        "tuning": lambda r: _tuning(r, settings),
     }
     errors = {}
     for name, build in sections.items():
@@ -408,14 +498,14 @@ def node_facts(raw, probes, settings):
         facts["topology"] = _topology(smi)
         facts["thermal"] = _thermal(smi, settings)
     if "venv" in probes:
-        facts["torch"] = _torch(probes.get("venv"), rocminfo, settings)
+        facts["torch"] = _torch(probes.get("venv"), rocminfo, settings, probes.get("rocm_release"))
         facts["deepspeed"] = _deepspeed(probes.get("venv"), probes.get("ds_report"))
     facts["collection_errors"] = errors
     return facts
 
 
 def findings(facts, rules, evaluate):
-    """The rules that apply to a node: ``[{id, runbook, tag, title, detail}]`` in rule order.
+    """The rules that apply to a node: ``[{id, runbook, tag, title, severity, detail}]`` in rule order.
 
     ``evaluate(expression, facts)`` runs a JMESPath expression (Ansible's json_query, or jmespath
     itself); a rule applies when its ``when`` is truthy, and its ``detail`` expression (optional)
@@ -431,6 +521,7 @@ def findings(facts, rules, evaluate):
                     "runbook": rule["runbook"],
                     "tag": rule["tag"],
                     "title": rule["title"],
+                    "severity": rule.get("severity") or "error",
                     "detail": detail,
                 }
             )
@@ -441,7 +532,7 @@ RULE_KEYS = ("id", "title", "runbook", "tag", "when")
 
 
 def rule_problems(rules, tags, compile_expression=None):
-    """The rules that cannot be evaluated: a key missing, an unknown tag, a duplicate id, or (with
+    """The rules that cannot be evaluated: a key missing, an unknown tag or severity, a duplicate id, or (with
     ``compile_expression``, e.g. ``jmespath.compile``) an expression that does not parse.
     Returns ``[{id, problem}]``."""
     problems = []
@@ -457,6 +548,10 @@ def rule_problems(rules, tags, compile_expression=None):
             continue
         if rule["tag"] not in tags:
             problems.append({"id": rule_id, "problem": f"tag '{rule['tag']}' is not a check"})
+        if rule.get("severity", "error") not in SEVERITIES:
+            problems.append(
+                {"id": rule_id, "problem": f"severity '{rule['severity']}' is not one of {', '.join(SEVERITIES)}"}
+            )
         if rule_id in seen:
             problems.append({"id": rule_id, "problem": "the id is used twice"})
         seen.add(rule_id)
@@ -470,9 +565,11 @@ def rule_problems(rules, tags, compile_expression=None):
 
 
 def host_report(host_vars):
-    """One node's part of diagnose.json: what applies and the facts it was decided on."""
+    """One node's part of diagnose.json: what applies and the facts it was decided on. ``runbooks`` and
+    ``findings`` are the errors; ``warnings`` the rules of severity warning (never a failed run)."""
     return {
         "runbooks": [finding["runbook"] for finding in host_vars.get("diagnose_findings") or []],
         "findings": list(host_vars.get("diagnose_findings") or []),
+        "warnings": list(host_vars.get("diagnose_warnings") or []),
         "facts": host_vars.get("diagnose_facts") or {},
     }

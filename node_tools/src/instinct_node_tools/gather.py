@@ -34,6 +34,7 @@ SECTIONS = (
     "disk",
     "jobs",
     "monitoring",
+    "tuning",
 )
 # amdgpu kernel messages that mean a GPU or its memory is failing: failed probes and init, driver
 # errors, uncorrectable RAS errors, resets, ring timeouts, page faults. Healthy boot lines such as
@@ -358,6 +359,24 @@ def section_monitoring(settings):
         "textfile": read(os.path.join(settings["textfile_dir"], "instinct_gpu.prom")),
         "collector_timer": run(["systemctl", "is-active", "instinct-gpu-collector.timer"])["stdout"].strip() or None,
         "node_exporter": run(["systemctl", "is-active", "prometheus-node-exporter"])["stdout"].strip() or None,
+    }
+
+
+# preflight's apply-tuning.yml writes the kernel arguments here; present and not booted yet = pending reboot.
+GRUB_DROPIN = "/etc/default/grub.d/90-instinct-finetune.cfg"
+C2_STATE = "/sys/devices/system/cpu/cpu0/cpuidle/state2"
+
+
+def section_tuning(settings):
+    """What preflight's read-tuning.yml reads (AMD's MI300X host settings), and the Instinct GPUs on
+    the PCI bus as section_gpus lists them: the guide is for GPU nodes."""
+    return {
+        "cmdline": read("/proc/cmdline"),
+        "numa_balancing": (read("/proc/sys/kernel/numa_balancing") or "").strip() or None,
+        "c2_name": (read(f"{C2_STATE}/name") or "").strip() or None,
+        "c2_disable": (read(f"{C2_STATE}/disable") or "").strip() or None,
+        "grub_dropin": read(GRUB_DROPIN),
+        "lspci": section_gpus(settings)["lspci"],
     }
 
 

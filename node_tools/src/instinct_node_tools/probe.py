@@ -4,8 +4,10 @@
 
 ``torch``: version, GPU backend (hip/cuda), whether it sees GPUs, how many, the archs it was built
 for and where it is installed (or ``error``); ``companions``: torchvision/torchaudio import errors
-(None when they import or are left out); ``deepspeed_error``/``llamafactory_error``; and
-``distributions``: the installed version and location of torch, its companions, DeepSpeed and
+(None when they import or are left out); ``deepspeed_error``/``llamafactory_error``; ``trainer``:
+what ``import llamafactory.train.tuner`` did in a child Python (``rc`` and the output's tail, None when
+LLaMA-Factory itself does not import: its trainer pulls in torchaudio, which ``import llamafactory``
+does not); and ``distributions``: the installed version and location of torch, its companions, DeepSpeed and
 LLaMA-Factory. ``--torch`` prints ``python`` and ``torch`` alone; ``--distributions`` prints only what
 is installed (:func:`installed`), importing nothing. Run it from the venv, as the training account.
 """
@@ -13,8 +15,15 @@ is installed (:func:`installed`), importing nothing. Run it from the venv, as th
 import importlib.metadata
 import json
 import platform
+import subprocess
 import sys
 import traceback
+
+# What the trainer imports (LLaMA-Factory 0.9.5's run_exp): its data pipeline imports torchaudio at
+# module level. A child process, so that a crash in an extension (SIGSEGV, SIGILL) is an answer too.
+TRAINER_IMPORT = "import llamafactory.train.tuner"
+TRAINER_TIMEOUT = 300
+OUTPUT_TAIL = 4000
 
 
 def _error():
@@ -62,6 +71,22 @@ def _imports(names):
     return errors
 
 
+def trainer_import(timeout=TRAINER_TIMEOUT):
+    """``{rc, output}`` of ``python -c "import llamafactory.train.tuner"`` in this venv; ``rc`` None
+    when it did not finish in ``timeout`` seconds."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", TRAINER_IMPORT],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"rc": None, "output": f"{TRAINER_IMPORT} did not finish in {timeout} s"}
+    return {"rc": done.returncode, "output": (done.stdout + done.stderr)[-OUTPUT_TAIL:]}
+
+
 def probe():
     """What the venv holds, as a dict."""
     result = {"python": platform.python_version(), "torch": _torch()}
@@ -72,6 +97,7 @@ def probe():
             result[f"{name}_error"] = None
         except Exception:
             result[f"{name}_error"] = _error()
+    result["trainer"] = trainer_import() if result["llamafactory_error"] is None else None
     result["distributions"] = {
         name: _distribution(name) for name in ("torch", "torchvision", "torchaudio", "deepspeed", "llamafactory")
     }

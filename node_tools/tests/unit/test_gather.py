@@ -3,6 +3,7 @@ script): what it counts as an amdgpu error, which part of a training log it read
 an AMD apt source."""
 
 import json
+from pathlib import Path
 
 from instinct_node_tools import gather
 from tests.unit.conftest import FIXTURES, ROOT
@@ -122,3 +123,29 @@ def test_the_installed_script_prints_the_sections_it_is_asked_for(node_tools, tm
     assert out["disk"]["no_space_errors"] == [
         {"log": str(tmp_path / "job" / "train.log"), "line": "OSError: [Errno 28] No space left on device"}
     ]
+
+
+def test_the_tuning_section_reads_what_preflight_reads(monkeypatch, tmp_path):
+    """/proc/cmdline and numa_balancing of this machine (read, not changed), cpu0's C2 state and
+    preflight's GRUB drop-in (stand-ins in a temporary folder), and the Instinct GPUs on the PCI bus
+    as section_gpus lists them (this machine has none)."""
+    state2 = tmp_path / "state2"
+    state2.mkdir()
+    (state2 / "name").write_text("C2\n")
+    (state2 / "disable").write_text("0\n")
+    monkeypatch.setattr(gather, "C2_STATE", str(state2))
+    monkeypatch.setattr(gather, "GRUB_DROPIN", str(tmp_path / "absent.cfg"))
+    found = gather.section_tuning({"pci_ids": ["74a1", "74b5"]})
+    assert found["cmdline"] == Path("/proc/cmdline").read_text()
+    numa = Path("/proc/sys/kernel/numa_balancing")
+    assert found["numa_balancing"] == (numa.read_text().strip() if numa.exists() else None)
+    assert (found["c2_name"], found["c2_disable"], found["grub_dropin"]) == ("C2", "0", None)
+    assert len(found["lspci"]) == 2
+
+
+def test_the_installed_script_reads_the_tuning_section(node_tools):
+    proc = node_tools.run("instinct-gather", json.dumps({"pci_ids": ["74a1"]}), "tuning")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert set(out) == {"time", "tuning"} and "error" not in out["tuning"], out
+    assert out["tuning"]["cmdline"].split() == Path("/proc/cmdline").read_text().split()

@@ -21,6 +21,15 @@ TAGS = yaml.safe_load((ROOT / "roles" / "diagnose" / "vars" / "main.yml").read_t
     "deepspeed",
 ]
 LSPCI = (FIXTURES / "lspci" / "mi300x-8gpu-d-1002-74a1-PP.txt").read_text()
+# A node's kernel command line: this machine's own (no MI300X arguments expected on it; the tests
+# that need them absent drop them), and AMD's arguments as preflight's apply-tuning.yml adds them.
+CMDLINE = " ".join(a for a in Path("/proc/cmdline").read_text().split() if a not in ("iommu=pt", "pci=realloc=off"))
+TUNED_CMDLINE = CMDLINE + " iommu=pt pci=realloc=off"
+# The GRUB drop-in preflight writes with preflight_apply_tuning: true, rendered from the role's task.
+_APPLY = yaml.safe_load((ROOT / "roles" / "preflight" / "tasks" / "apply-tuning.yml").read_text())
+GRUB_DROPIN = next(t for t in _APPLY if t["name"].startswith("Add the IOMMU"))["ansible.builtin.copy"][
+    "content"
+].replace("{{ preflight_kernel_cmdline_args | join(' ') }}", "iommu=pt pci=realloc=off")
 SETTINGS = {
     "expected_gpus": 0,
     "temperature_limit": 95,
@@ -29,6 +38,9 @@ SETTINGS = {
     "stall_minutes": 15,
     "torch_on_gpu": True,
     "torch_version": "",
+    "kernel_cmdline_args": ["iommu=pt", "pci=realloc=off"],
+    "allow_reboot": False,
+    "host": "node1",
     "distribution": "Ubuntu",
     "distribution_version": "22.04",
     "platform_supported": True,
@@ -90,6 +102,14 @@ def healthy_raw(**changes):
         "disk": {"paths": [{"path": "/", "free_gb": 800.0, "total_gb": 1800.0}], "no_space_errors": []},
         "jobs": {"jobs": []},
         "monitoring": {"textfile": None, "collector_timer": "inactive", "node_exporter": "inactive"},
+        "tuning": {
+            "cmdline": TUNED_CMDLINE + "\n",
+            "numa_balancing": "0",
+            "c2_name": "C2",
+            "c2_disable": "1",
+            "grub_dropin": GRUB_DROPIN,
+            "lspci": [LSPCI, "", "", "", "", "", ""],
+        },
     }
     for key, value in changes.items():
         raw[key.replace("_", "-") if key == "kernel_log" else key] = value
@@ -117,6 +137,7 @@ def test_every_runbook_page_is_named_by_a_rule():
 def test_a_healthy_mi300x_node_needs_no_runbook():
     found, facts, _details = runbooks(healthy_raw())
     assert found == []
+    assert facts["tuning"]["pci_gpus"] == 8 and facts["tuning"]["missing"] == []
     assert facts["gpus"] == {"pci": 8, "rocm": 8, "smi": 8, "expected": 8, "missing": 0, "unparsed": False}
     assert facts["driver"]["loaded"] is True
 
@@ -369,3 +390,141 @@ def test_the_group_that_owns_dev_kfd_is_what_counts():
     video_only = dict(healthy_raw()["permissions"], groups=["instinct", "video"])
     found, _facts, details = runbooks(healthy_raw(permissions=video_only))
     assert found == ["kfd-permission.md"] and details[0]["detail"] == "instinct not in the group of /dev/kfd: render"
+
+
+def test_a_gpu_node_without_amds_host_tuning_gets_a_warning_not_a_fault():
+    """The settings the end-of-run summary warns of (module_utils/host_tuning.py), read by diagnose
+    itself: a warning naming each setting, which never counts as a fault."""
+    untuned = {"cmdline": CMDLINE + "\n", "numa_balancing": "1", "c2_name": "C2", "c2_disable": "0",
+               "grub_dropin": None, "lspci": [LSPCI, "", "", "", "", "", ""]}  # fmt: skip
+    found, facts, details = runbooks(healthy_raw(tuning=untuned))
+    assert found == ["host-tuning.md"]
+    assert details[0]["severity"] == "warning" and details[0]["tag"] == "tuning"
+    assert facts["tuning"]["summary"] == [
+        "kernel command line iommu=pt missing",
+        "kernel command line pci=realloc=off missing",
+        "NUMA auto-balancing off (kernel.numa_balancing = 0) missing",
+        "C2 idle state off (cpuidle state2 disable = 1) missing",
+    ]
+    assert details[0]["detail"].startswith("kernel command line iommu=pt missing; ")
+    assert all("preflight_apply_tuning: true" in f["fix"] for f in facts["tuning"]["missing"])
+    # Every other rule is an error (the default).
+    assert {rule.get("severity", "error") for rule in RULES if rule["id"] != "host-tuning"} == {"error"}
+
+
+def test_host_tuning_applied_but_not_booted_is_pending_a_reboot():
+    waiting = dict(healthy_raw()["tuning"], cmdline=CMDLINE + "\n")
+    found, facts, _details = runbooks(healthy_raw(tuning=waiting))
+    assert found == ["host-tuning.md"] and facts["tuning"]["pending_reboot"] is True
+    assert facts["tuning"]["summary"] == [
+        "kernel command line iommu=pt pending reboot",
+        "kernel command line pci=realloc=off pending reboot",
+    ]
+    assert "preflight_allow_reboot: true" in facts["tuning"]["missing"][0]["fix"]
+    # A drop-in that lacks an argument the inventory asks for: the argument is missing, not pending.
+    _found, facts, _details = runbooks(
+        healthy_raw(tuning=waiting), settings={"kernel_cmdline_args": ["iommu=pt", "amd_iommu=on"]}
+    )
+    assert facts["tuning"]["summary"] == [
+        "kernel command line iommu=pt missing",
+        "kernel command line amd_iommu=on missing",
+    ]
+
+
+def test_host_tuning_is_asked_only_of_gpu_nodes_and_an_unreadable_c2_is_not_missing():
+    untuned = {"cmdline": CMDLINE, "numa_balancing": "1", "c2_name": None, "c2_disable": None,
+               "grub_dropin": None, "lspci": ["", ""]}  # fmt: skip
+    found, facts, _details = runbooks(healthy_raw(tuning=untuned))
+    assert found == [] and facts["tuning"]["pci_gpus"] == 0
+    # No ACPI idle driver (a VM): C2 cannot be read, so it is not said to be on.
+    no_c2 = dict(untuned, lspci=[LSPCI], numa_balancing="0", cmdline=TUNED_CMDLINE)
+    found, facts, _details = runbooks(healthy_raw(tuning=no_c2))
+    assert found == [] and facts["tuning"]["c2"] == "unknown"
+    # A state2 that is not C2 (another idle driver's naming) is not judged either.
+    assert runbooks(healthy_raw(tuning=dict(no_c2, c2_name="C1E", c2_disable="0")))[0] == []
+
+
+NO_TORCHAUDIO = recorded("trainer_import", "anynode-22-no-torchaudio.txt")
+TORCHVISION_NMS = recorded("trainer_import", "hallo-98-torchvision-nms.txt")
+
+
+def test_a_trainer_that_does_not_import_names_trainer_import():
+    """The probe's `import llamafactory.train.tuner` (a child Python), judged by trainer_import.py."""
+    assert runbooks(healthy_raw(), venv=venv(trainer={"rc": 0, "output": ""}))[0] == []
+    # LLaMA-Factory not importable: the trainer was not tried (torch-replaced says why, or nothing is installed).
+    assert runbooks(healthy_raw(), venv=venv(trainer=None))[0] == []
+    found, facts, details = runbooks(healthy_raw(), venv=venv(trainer={"rc": 1, "output": NO_TORCHAUDIO}))
+    assert found == ["trainer-import.md"]
+    assert facts["torch"]["trainer_import"]["kind"] == "missing-companion"
+    assert details[0]["detail"].startswith("node1: torch 2.10.0+rocm7.0 has no torchaudio")
+    assert "pytorch_index_url or pytorch_find_links" in details[0]["detail"]  # a wheel's fix
+    # A source build's torch (no local label): the fix is the pytorch role's torchaudio build.
+    source = venv(torch=dict(venv()["torch"], version="2.10.0"), trainer={"rc": 1, "output": NO_TORCHAUDIO})
+    assert "pytorch_companions" in runbooks(healthy_raw(), venv=source)[2][0]["detail"]
+
+
+def test_a_companion_built_for_another_torch_is_named_once():
+    """torchvision's own import already fails in the probe: torch-companions names it; the trainer's
+    failure on the same module is not said twice. Where only the trainer shows it, trainer-import."""
+    broken = venv(
+        companions={"torchvision": "RuntimeError: operator torchvision::nms does not exist"},
+        trainer={"rc": 1, "output": TORCHVISION_NMS},
+    )
+    found, facts, _details = runbooks(healthy_raw(), venv=broken)
+    assert found == ["torch-companions.md"]
+    assert facts["torch"]["trainer_import"]["kind"] == "companion-mismatch"
+    only_trainer = venv(trainer={"rc": 1, "output": TORCHVISION_NMS})
+    assert runbooks(healthy_raw(), venv=only_trainer)[0] == ["trainer-import.md"]
+
+
+def test_a_trainer_import_that_hangs_or_crashes_is_reported():
+    hung = venv(trainer={"rc": None, "output": "import llamafactory.train.tuner did not finish in 300 s"})
+    found, _facts, details = runbooks(healthy_raw(), venv=hung)
+    assert found == ["trainer-import.md"] and "did not finish in 300 s" in details[0]["detail"]
+
+
+# torch.version.hip as ROCm torch builds print it (tests/unit/plugins/module_utils/test_torch_release.py),
+# and /opt/rocm/.info/version as rocm-core writes it (MAJOR.MINOR.PATCH-BUILD).
+HIP_70 = "7.0.51831-a3e329ad8"
+
+
+def test_a_torch_built_for_another_rocm_minor_than_opt_rocm():
+    same = {"installed": "7.0.2-56\n", "record": None}
+    assert runbooks(healthy_raw(), venv=venv(torch=dict(venv()["torch"], hip=HIP_70)), rocm_release=same)[0] == []
+    newer = {"installed": "7.1.0-20\n", "record": '{"version": "7.0.2"}'}
+    found, facts, details = runbooks(healthy_raw(), venv=venv(torch=dict(venv()["torch"], hip=HIP_70)),
+                                     rocm_release=newer)  # fmt: skip
+    assert found == ["torch-rocm-mismatch.md"]
+    assert (facts["torch"]["rocm_release"], facts["torch"]["rocm_release_source"]) == ("7.1.0", "rocm_path")
+    assert (
+        "was built for ROCm 7.0 (torch.version.hip 7.0.51831-a3e329ad8) but /opt/rocm is ROCm 7.1.0"
+        in (details[0]["detail"])
+    )
+    assert "https://download.pytorch.org/whl/rocm7.1" in details[0]["detail"]
+
+
+def test_without_opt_rocm_version_the_rocm_stage_record_is_the_release():
+    record = {"installed": None, "record": '{"version": "7.1.1", "gpu_count": 8, "gfx_archs": ["gfx942"]}'}
+    found, facts, _details = runbooks(healthy_raw(), venv=venv(torch=dict(venv()["torch"], hip=HIP_70)),
+                                      rocm_release=record)  # fmt: skip
+    assert found == ["torch-rocm-mismatch.md"] and facts["torch"]["rocm_release_source"] == "record"
+    # Neither there (a node not provisioned), unreadable, or a torch without HIP: nothing to compare.
+    for release in (None, {"installed": None, "record": None}, {"installed": "garbage", "record": "{"}):
+        assert (
+            runbooks(healthy_raw(), venv=venv(torch=dict(venv()["torch"], hip=HIP_70)), rocm_release=release)[0] == []
+        )
+    cpu = venv(torch={"version": "2.13.0+cpu", "hip": None, "available": False, "device_count": 0, "arch_list": []})
+    assert runbooks(healthy_raw(), venv=cpu, settings={"torch_on_gpu": False}, rocm_release=record)[0] == []
+
+
+def test_a_rule_of_an_unknown_severity_is_named():
+    rules = [{"id": "a", "title": "t", "runbook": "disk-full.md", "tag": "disk", "when": "disk", "severity": "fatal"}]
+    assert diagnose.rule_problems(rules, TAGS, jmespath.compile) == [
+        {"id": "a", "problem": "severity 'fatal' is not one of error, warning"}
+    ]
+
+
+def test_the_report_keeps_warnings_apart_from_the_runbooks_that_apply():
+    warning = {"id": "host-tuning", "runbook": "host-tuning.md", "severity": "warning"}
+    report = diagnose.host_report({"diagnose_findings": [], "diagnose_warnings": [warning], "diagnose_facts": {}})
+    assert report["runbooks"] == [] and report["warnings"] == [warning]
