@@ -43,6 +43,15 @@ def test_the_facts_behind_the_findings(host, report):
         assert facts["gpus"]["pci"] == 8 and facts["gpus"]["rocm"] == 8
         assert facts["gpus"]["expected"] == (9 if name == "instinct-diag-gpu-missing" else 8)
     assert facts["collection_errors"] == {}
+    # The host tuning read from the container's own (the Docker host's) kernel command line: what it
+    # lacks of AMD's MI300X arguments is a warning naming host-tuning.md, never a finding.
+    cmdline = host.file("/proc/cmdline").content_string.split()
+    tuning = facts["tuning"]
+    assert tuning["pci_gpus"] == 8
+    assert tuning["cmdline_missing"] == [a for a in ("iommu=pt", "pci=realloc=off") if a not in cmdline]
+    node = data["hosts"][name]
+    assert [w["runbook"] for w in node["warnings"]] == (["host-tuning.md"] if tuning["missing"] else [])
+    assert "host-tuning.md" not in node["runbooks"]
 
 
 def test_the_check_mode_run_left_the_node_as_it_was(host):
