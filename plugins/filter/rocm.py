@@ -1,4 +1,4 @@
-"""Filters for ROCm release data (see roles/rocm/vars/main.yml)."""
+"""Filters for ROCm release data (rocm_releases, roles/rocm/defaults/main.yml) and the ROCm a node has."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -25,8 +25,28 @@ def rocm_release_problem(version, releases):
     return ""
 
 
+def rocm_downgrade_problem(dpkg_query, release_info, check_driver=True):
+    """Why installing ``release_info`` would downgrade what ``dpkg_query`` says is installed, or ``""``."""
+    return rr.downgrade_problem(rr.parse_dpkg_query(dpkg_query), release_info, check_driver)
+
+
+def rocm_existing_release(dpkg_query, releases, check_driver=True):
+    """``{info, problem, installed}``: the release entry of the installed ROCm (None with a problem)."""
+    installed = rr.parse_dpkg_query(dpkg_query)
+    try:
+        info, problem = rr.existing_release(installed, releases, check_driver), ""
+    except ValueError as err:
+        info, problem = None, str(err)
+    return {"info": info, "problem": problem, "installed": rr.installed_releases(installed)}
+
+
 class FilterModule:
     """ROCm release filters."""
 
     def filters(self):
-        return {"rocm_release": rocm_release, "rocm_release_problem": rocm_release_problem}
+        return {
+            "rocm_release": rocm_release,
+            "rocm_release_problem": rocm_release_problem,
+            "rocm_downgrade_problem": rocm_downgrade_problem,
+            "rocm_existing_release": rocm_existing_release,
+        }

@@ -67,8 +67,12 @@ def _packets(data):
 
 def key_fingerprints(armored):
     """Upper-case hex fingerprints of the primary keys in ``armored``; ValueError when unreadable."""
+    return _fingerprints(_dearmor(armored))
+
+
+def _fingerprints(data):
     fingerprints = []
-    for tag, body in _packets(_dearmor(armored)):
+    for tag, body in _packets(data):
         if tag != _PUBLIC_KEY:
             continue
         if not body or body[0] != 4:
@@ -78,3 +82,14 @@ def key_fingerprints(armored):
     if not fingerprints:
         raise ValueError("the key block holds no public key")
     return fingerprints
+
+
+def keyring_fingerprints(data):
+    """Fingerprints of the primary keys in a keyring file's bytes: ASCII-armored (``.asc``) or binary,
+    as ``gpg --dearmor`` writes it (AMD's ``/etc/apt/keyrings/rocm.gpg``); ValueError when unreadable."""
+    if data.lstrip().startswith(b"-----BEGIN PGP"):
+        return key_fingerprints(data.decode("ascii", "replace"))
+    try:
+        return _fingerprints(data)
+    except IndexError:
+        raise ValueError("truncated OpenPGP packet header") from None

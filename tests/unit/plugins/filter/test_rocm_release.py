@@ -5,7 +5,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.instinct.finetune.plugins.filter.rocm import rocm_release, rocm_release_problem
 from tests.unit.conftest import ROOT
 
-RELEASES = yaml.safe_load((ROOT / "roles/rocm/vars/main.yml").read_text())["rocm_releases"]
+RELEASES = yaml.safe_load((ROOT / "roles/rocm/defaults/main.yml").read_text())["rocm_releases"]
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.instinct.finetune.plugins.filter.openpgp import openpgp_fingerprints
-from ansible_collections.instinct.finetune.plugins.module_utils.openpgp import key_fingerprints
+from ansible_collections.instinct.finetune.plugins.module_utils.openpgp import key_fingerprints, keyring_fingerprints
 
 
 def gpg(home, *args, stdin=None):
@@ -70,3 +70,15 @@ def test_a_truncated_key_is_refused(generated_key):
     cut = "\n".join([*lines[:4], lines[-1]])
     with pytest.raises(ValueError):
         key_fingerprints(cut)
+
+
+def test_a_dearmored_keyring_as_amds_method_writes_it_gives_the_same_fingerprint(generated_key):
+    # AMD's install guide: `wget -O - .../rocm.gpg.key | gpg --dearmor | sudo tee /etc/apt/keyrings/rocm.gpg`.
+    armored, expected = generated_key
+    binary = subprocess.run(["gpg", "--batch", "--dearmor"], input=armored.encode(), capture_output=True, check=True)
+    assert keyring_fingerprints(binary.stdout) == [expected]
+    assert keyring_fingerprints(armored.encode()) == [expected]
+    with pytest.raises(ValueError):
+        keyring_fingerprints(binary.stdout[:7])
+    with pytest.raises(ValueError):
+        keyring_fingerprints(b"not a key")
