@@ -1,0 +1,105 @@
+"""The rocm role's validate step (roles/rocm/tasks/validate.yml) through ansible-playbook on the local
+node, against a stand-in dpkg-query that answers as a node set up the way AMD documents, with a newer
+ROCm than rocm_version: ROCm 7.1.0 with amdgpu 30.20 (versions of AMD's packages as public ROCm issues
+show them, molecule/resources/amd-repo/README.md). The whole role on such a node is molecule/rocm_negative's
+instinct-neg-amdway."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.unit.conftest import COLLECTIONS, ROOT
+
+INSTALLED = "rocm-core\t7.1.0.70100-20~22.04\tii \namdgpu-dkms\t1:6.16.6.30200000-2238411.22.04\tii \n"
+
+PLAYBOOK = f"""\
+- name: Run the rocm role's validate step
+  hosts: all
+  gather_facts: false
+  vars_files:
+    - {ROOT}/roles/common/defaults/main.yml
+    - {ROOT}/roles/common/vars/main.yml
+    - {ROOT}/roles/rocm/defaults/main.yml
+    - {ROOT}/roles/rocm/vars/main.yml
+  tasks:
+    - name: Validate the ROCm settings
+      ansible.builtin.include_tasks: {ROOT}/roles/rocm/tasks/validate.yml
+
+    - name: Show the release the role goes on with
+      ansible.builtin.debug:
+        msg: "release={{{{ rocm_release_info.version }}}} amdgpu={{{{ rocm_release_info.amdgpu_folder }}}}"
+"""
+
+
+def run_validate(tmp_path, installed=INSTALLED, check=False, **extravars):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    calls = tmp_path / "calls"
+    (bin_dir / "dpkg-query").write_text(f"#!/bin/sh\necho \"$*\" >> '{calls}'\nprintf '%s' '{installed}'\n")
+    (bin_dir / "dpkg-query").chmod(0o755)
+    (tmp_path / "play.yml").write_text(PLAYBOOK)
+    extravars = {
+        "ansible_become": False,
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        # The local machine's release stands for a supported one (the suite check is not under test).
+        "ansible_facts": {"distribution": "Ubuntu", "distribution_release": "jammy"},
+        **extravars,
+    }
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+               ANSIBLE_NOCOLOR="1", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")  # fmt: skip
+    playbook = Path(sys.executable).parent / "ansible-playbook"
+    proc = subprocess.run(
+        [str(playbook) if playbook.exists() else "ansible-playbook", "-i", "node1,", str(tmp_path / "play.yml"),
+         "-e", json.dumps(extravars), *(["--check"] if check else [])],
+        capture_output=True, text=True, env=env, check=False, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    asked = calls.read_text().splitlines() if calls.exists() else []
+    return proc, " ".join(proc.stdout.split()), asked
+
+
+def test_install_refuses_to_downgrade_a_newer_rocm_naming_both_releases_and_both_ways_forward(tmp_path):
+    proc, out, asked = run_validate(tmp_path, check=True)
+    assert proc.returncode != 0, out[-3000:]
+    assert any(call.endswith(" rocm-core amdgpu-dkms") for call in asked), asked  # read in check mode too
+    assert "node1: ROCm 7.1.0 (rocm-core 7.1.0.70100-20~22.04) is installed and amdgpu 30.20" in out, out[-3000:]
+    assert "newer than the pinned ROCm 7.0.2 with amdgpu 30.10.2" in out
+    assert "rocm_manage: verify" in out and "rocm_allow_downgrade: true" in out
+    assert "See docs/runbooks/existing-rocm.md" in out
+
+
+def test_install_goes_on_when_the_downgrade_is_allowed_or_the_release_is_the_installed_one(tmp_path):
+    proc, out, _ = run_validate(tmp_path, rocm_allow_downgrade=True)
+    assert proc.returncode == 0, out[-3000:]
+    assert "release=7.0.2 amdgpu=30.10.2" in out
+    proc, out, _ = run_validate(tmp_path, rocm_version="7.1.0")
+    assert proc.returncode == 0, out[-3000:]
+    assert "release=7.1.0 amdgpu=30.20" in out
+
+
+def test_verify_takes_the_installed_release_whatever_rocm_version_says(tmp_path):
+    proc, out, _ = run_validate(tmp_path, check=True, rocm_manage="verify")
+    assert proc.returncode == 0, out[-3000:]
+    assert "release=7.1.0 amdgpu=30.20" in out
+    assert "changed=0" in out
+
+
+def test_verify_refuses_a_release_missing_from_the_map_until_the_inventory_adds_it(tmp_path):
+    releases = {"7.0.2": {"amdgpu": "30.10.2"}}
+    proc, out, _ = run_validate(tmp_path, rocm_manage="verify", rocm_releases=releases)
+    assert proc.returncode != 0, out[-3000:]
+    assert "node1: ROCm 7.1.0 is installed (rocm-core 7.1.0.70100-20~22.04), which is not in the supported" in out
+    assert "add it to rocm_releases in the inventory" in out
+    assert "rocm_manage is verify, so nothing was changed" in out
+    added = dict(releases, **{"7.1.0": {"amdgpu": "30.20"}})
+    proc, out, _ = run_validate(tmp_path, rocm_manage="verify", rocm_releases=added)
+    assert proc.returncode == 0, out[-3000:]
+    assert "release=7.1.0 amdgpu=30.20" in out
+
+
+def test_verify_refuses_a_node_without_rocm(tmp_path):
+    proc, out, _ = run_validate(tmp_path, installed="", rocm_manage="verify")
+    assert proc.returncode != 0, out[-3000:]
+    assert "node1: rocm_manage is verify but no ROCm is installed (no rocm-core package)" in out
