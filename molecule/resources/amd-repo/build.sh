@@ -50,6 +50,10 @@ genkey "$OUT/.gnupg-wrong" "$WRONG_UID"
 mkdir -p "$OUT/rocm" "$OUT/wrong"
 GNUPGHOME=$OUT/.gnupg gpg --batch --armor --export "$KEY_UID" > "$OUT/rocm/rocm.gpg.key"
 GNUPGHOME=$OUT/.gnupg-wrong gpg --batch --armor --export "$WRONG_UID" > "$OUT/wrong/rocm.gpg.key"
+# The keyring a node set up the way AMD's install guide says holds: the key dearmored
+# (`wget -O - .../rocm.gpg.key | gpg --dearmor > /etc/apt/keyrings/rocm.gpg`), done here because the
+# node image has no gpg (molecule/rocm_negative, instinct-neg-amdway).
+GNUPGHOME=$OUT/.gnupg gpg --batch --dearmor < "$OUT/rocm/rocm.gpg.key" > "$OUT/rocm/rocm.gpg"
 
 # ---------------------------------------------------------------- package helpers
 # mkpkg NAME VERSION ARCH DEPENDS DESCRIPTION  -> staging root in $PKGROOT; files go under it
