@@ -109,6 +109,35 @@ def test_both_ranks_trained_with_zero3_offload_in_a_world_of_two_over_the_fabric
     assert re.search(r"^OMP_NUM_THREADS=[1-9]\d*$", launch, re.M), launch
 
 
+def test_the_job_folder_holds_what_a_post_mortem_needs(collected):
+    """Beside the per-node logs: the master's train.yaml, ds_config.json and rccl.env as the nodes hold
+    them, and manifest.json with the venv's versions, the fabric stage's all-reduce figure of the same
+    site.yml run, the wall time and the ranks x hours (no GPU-hours on CPU ranks); never launch.env."""
+    conf = f"/etc/instinct-finetune/jobs/{JOB}"
+    assert (collected / "train.yaml").read_text() == node(NODES[0], "cat", f"{conf}/train.yaml").stdout
+    assert (collected / "ds_config.json").read_text() == node(NODES[0], "cat", f"{conf}/ds_config.json").stdout
+    assert (collected / "rccl.env").read_text() == node(NODES[0], "cat", "/etc/instinct-finetune/rccl.env").stdout
+    assert not (collected / "launch.env").exists()
+    manifest = json.loads((collected / "manifest.json").read_text())
+    installed = json.loads(
+        node_python(
+            NODES[0],
+            "import importlib.metadata as m, json; "
+            "print(json.dumps({n: m.version(n) for n in ('torch', 'deepspeed', 'llamafactory', 'transformers')}))",
+        ).stdout
+    )
+    versions = manifest["versions"]
+    assert {name: versions[name] for name in installed} == installed, versions
+    # The sandbox has no ROCm: its versions are null, not guessed.
+    assert versions["rocm"] is None and versions["rccl"] is None and versions["amdgpu_driver"] is None
+    assert manifest["job"] == JOB and manifest["nodes"] == NODES and manifest["device"] == "cpu"
+    assert manifest["fabric_allreduce"]["busbw_gbps"] > 0 and manifest["fabric_allreduce"]["world_size"] == len(NODES)
+    results = json.loads((collected / NODES[0] / "all_results.json").read_text())
+    assert manifest["wall_time_seconds"] == results["train_runtime"] > 0
+    assert manifest["ranks"] == len(NODES) and manifest["rank_hours"] > 0 and manifest["gpu_hours"] == 0
+    assert sorted(manifest["files"]) == ["ds_config.json", "rccl.env", "train.yaml"]
+
+
 def test_every_rank_exported_its_progress_for_the_textfile_collector(collected):
     """Each rank's rank<N>.prom agrees with the master's trainer log: step 40 of 40, the last loss."""
     entries = [json.loads(line) for line in (collected / NODES[0] / "trainer_log.jsonl").read_text().splitlines()]
