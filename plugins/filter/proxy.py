@@ -45,9 +45,10 @@ def proxy_node_addresses(hosts, hostvars):
 
 def proxy_env(hosts, hostvars, http_proxy, https_proxy, no_proxy, extra=(), host="this node"):  # noqa: PLR0913, PLR0917 - positional for the filter
     """proxy.proxy_environment for the nodes ``hosts`` (normally groups['all']) as ``hostvars`` knows them."""
-    return proxy.proxy_environment(
-        http_proxy, https_proxy, no_proxy, proxy_node_addresses(hosts, hostvars), extra=extra or (), host=host
-    )
+    # Every task of every node templates this: without a proxy the nodes' addresses are not read at
+    # all, so a run without one does not pay for a walk over every host's variables per task.
+    addresses = proxy_node_addresses(hosts, hostvars) if (http_proxy or https_proxy) else []
+    return proxy.proxy_environment(http_proxy, https_proxy, no_proxy, addresses, extra=extra or (), host=host)
 
 
 class FilterModule:

@@ -86,12 +86,12 @@ def run_time(results, world_size, device):
     return {"wall_time_seconds": seconds, "ranks": ranks, "rank_hours": rank_hours, "gpu_hours": gpu_hours}
 
 
-def _previous_figure(text):
+def _previous(text):
     try:
         previous = json.loads(text) if isinstance(text, str) and text.strip() else text
     except ValueError:
         return None
-    return previous.get("fabric_allreduce") if isinstance(previous, dict) else None
+    return previous if isinstance(previous, dict) else None
 
 
 def manifest(job, read):
@@ -103,9 +103,14 @@ def manifest(job, read):
     - ``results`` (the Trainer's ``all_results.json``, a mapping or its text), ``allreduce`` (the
       fabric stage's result of this run, or None);
     - ``files``: the job's files copied beside the manifest;
-    - ``previous``: the manifest already in the collect folder (its text, or None). The fabric stage's
-      figure is in a run's facts only, so a run without the fabric stage (finetune.yml alone, a check
-      run) keeps the figure the earlier manifest holds instead of dropping it.
+    - ``previous``: the manifest already in the collect folder (its text, or None).
+
+    A manifest describes one finished run of the job as it was first collected: when ``previous``
+    is of the same job and the same finished run (the Trainer's results give the same wall time), it
+    is returned as it is. A later site.yml measures the fabric again and may find a newer stack; neither
+    is what the job ran on, and rewriting the manifest would make every re-run report a change. A run
+    without the fabric stage (finetune.yml alone) has no figure and keeps the earlier one for the same
+    reason; a resumed job's new results make a new manifest.
     """
     results = read.get("results")
     if isinstance(results, str):
@@ -123,13 +128,22 @@ def manifest(job, read):
     }
     versions.update({name: dists.get(name) for name in DISTRIBUTIONS})
     device = read.get("device") or "rocm"
+    times = run_time(results, read.get("world_size"), device)
+    previous = _previous(read.get("previous"))
+    if (
+        previous
+        and previous.get("job") == job
+        and times["wall_time_seconds"] is not None
+        and previous.get("wall_time_seconds") == times["wall_time_seconds"]
+    ):
+        return previous
     return {
         "manifest_version": MANIFEST_VERSION,
         "job": job,
         "nodes": list(read.get("nodes") or []),
         "device": device,
         "versions": versions,
-        "fabric_allreduce": fabric_figure(read.get("allreduce")) or _previous_figure(read.get("previous")),
-        **run_time(results, read.get("world_size"), device),
+        "fabric_allreduce": fabric_figure(read.get("allreduce")),
+        **times,
         "files": sorted(read.get("files") or []),
     }

@@ -135,12 +135,21 @@ def test_without_results_the_wall_time_is_unknown_not_zero():
     assert postmortem.manifest("j", read(results="{not json"))["rank_hours"] is None
 
 
-def test_a_run_without_the_fabric_stage_keeps_the_figure_already_collected():
+def test_the_manifest_of_a_finished_run_is_kept_as_first_collected():
     first = postmortem.manifest("j", read())
-    again = postmortem.manifest("j", read(allreduce=None, previous=json.dumps(first)))
-    # finetune.yml alone (or a check run) writes the same manifest: nothing changes.
-    assert again == first
-    assert postmortem.manifest("j", read(allreduce=None, previous=""))["fabric_allreduce"] is None
+    # finetune.yml alone (no fabric figure in its run) writes the same manifest: nothing changes.
+    assert postmortem.manifest("j", read(allreduce=None, previous=json.dumps(first))) == first
+    # A later site.yml measures the fabric again and finds a newer torch: the job ran on neither.
+    later = dict(ALLREDUCE, busbw_gbps=1.0) if isinstance(ALLREDUCE, dict) else None
+    newer = [p.replace("torch-2.", "torch-9.") for p in read()["dist_infos"]]
+    assert postmortem.manifest("j", read(allreduce=later, dist_infos=newer))["versions"] != first["versions"]
+    assert postmortem.manifest("j", read(allreduce=later, dist_infos=newer, previous=json.dumps(first))) == first
+    # A resumed job's new results are a new run: its manifest is made again from what is there now.
+    resumed = postmortem.manifest("j", read(results=json.dumps(dict(RESULTS, train_runtime=999.0)),
+                                            allreduce=None, previous=json.dumps(first)))  # fmt: skip
+    assert resumed["wall_time_seconds"] == 999.0 and resumed["fabric_allreduce"] is None
+    # Another job's manifest, or none readable, is not reused.
+    assert postmortem.manifest("k", read(allreduce=None, previous=json.dumps(first)))["fabric_allreduce"] is None
     assert postmortem.manifest("j", read(allreduce=None, previous="garbage"))["fabric_allreduce"] is None
 
 
