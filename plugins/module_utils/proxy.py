@@ -103,7 +103,7 @@ def redact(url):
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "", url
-    userinfo, _, hostpart = rest.rpartition("@")
+    userinfo, hostpart = rest.rsplit("@", 1)
     user = userinfo.split(":", 1)[0]
     shown = f"{user}:***" if ":" in userinfo else "***"
     return f"{scheme}{sep}{shown}@{hostpart}"
