@@ -40,7 +40,14 @@ def rocm_release(version, releases):
             "add it to rocm_releases with its amdgpu driver version"
         )
     entry = known[full]
-    entry.update({"version": full, "repo_folder": repo_folder(full), "amdgpu_folder": str(entry["amdgpu"])})
+    amdgpu = entry.get("amdgpu")
+    # A map from the inventory: YAML reads an unquoted 30.20 as the number 30.2, a folder AMD does not have.
+    if not isinstance(amdgpu, str) or not amdgpu.strip():
+        raise ValueError(
+            f"rocm_releases entry {full} has amdgpu {amdgpu!r}; it must be the driver release as a quoted string "
+            '(amdgpu: "30.20"): YAML reads an unquoted 30.20 as the number 30.2'
+        )
+    entry.update({"version": full, "repo_folder": repo_folder(full), "amdgpu_folder": amdgpu.strip()})
     return entry
 
 
@@ -171,6 +178,8 @@ def existing_release(installed, releases, check_driver=True):
     try:
         entry = rocm_release(have["rocm"], releases)
     except ValueError as err:
+        if "not in the supported release map" not in str(err):
+            raise
         raise ValueError(
             f"ROCm {have['rocm']} is installed (rocm-core {have['rocm_package']}), which is not in the supported "
             f"release map ({err}); add it to rocm_releases in the inventory with its amdgpu release, or install a "

@@ -126,3 +126,10 @@ def test_without_the_driver_check_a_release_without_amdgpu_dkms_is_used():
 def test_a_release_the_site_adds_to_the_map_is_accepted():
     releases = dict(RELEASES, **{"6.4.4": {"amdgpu": "6.4.4"}})
     assert rocm_existing_release(dpkg("6.4.4.60404-129~24.04", DKMS_644), releases)["problem"] == ""
+
+
+@pytest.mark.parametrize("amdgpu", [30.2, None, ""])
+def test_a_site_map_with_an_unquoted_or_missing_driver_release_is_refused_naming_the_fix(amdgpu):
+    # YAML reads `amdgpu: 30.20` unquoted as 30.2: the folder amdgpu/30.2 does not exist.
+    with pytest.raises(ValueError, match=r'rocm_releases entry 7.1.0 has amdgpu .*quoted string \(amdgpu: "30.20"\)'):
+        rr.rocm_release("7.1.0", {"7.1.0": {"amdgpu": amdgpu}})
