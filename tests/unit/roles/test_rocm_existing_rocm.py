@@ -103,3 +103,47 @@ def test_verify_refuses_a_node_without_rocm(tmp_path):
     proc, out, _ = run_validate(tmp_path, installed="", rocm_manage="verify")
     assert proc.returncode != 0, out[-3000:]
     assert "node1: rocm_manage is verify but no ROCm is installed (no rocm-core package)" in out
+
+
+EXISTING = f"""\
+- name: Run the rocm role's driver check of rocm_manage verify
+  hosts: all
+  gather_facts: false
+  vars_files:
+    - {ROOT}/roles/common/defaults/main.yml
+    - {ROOT}/roles/rocm/defaults/main.yml
+    - {ROOT}/roles/rocm/vars/main.yml
+  tasks:
+    - name: Check the driver of the ROCm the node has
+      ansible.builtin.include_tasks: {ROOT}/roles/rocm/tasks/existing.yml
+"""
+
+
+def test_verify_stops_on_a_driver_owed_a_reboot_and_reboots_nothing(tmp_path):
+    # A recorded `dkms status` (tests/fixtures/driver/SOURCES.md) of a DKMS amdgpu this machine does not run.
+    recorded = ROOT / "tests/fixtures/driver/dkms-status_rocm633_mi100_one-kernel_installed.txt"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dkms").write_text(f'#!/bin/sh\n[ "$*" = "status amdgpu" ] || exit 9\ncat {recorded}\n')
+    (bin_dir / "dkms").chmod(0o755)
+    (tmp_path / "play.yml").write_text(EXISTING)
+    extravars = {"ansible_become": False, "ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+               ANSIBLE_NOCOLOR="1", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")  # fmt: skip
+    playbook = Path(sys.executable).parent / "ansible-playbook"
+    proc = subprocess.run(
+        [str(playbook) if playbook.exists() else "ansible-playbook", "-i", "node1,", str(tmp_path / "play.yml"),
+         "-e", json.dumps(extravars), "--check"],
+        capture_output=True, text=True, env=env, check=False, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode != 0, out[-3000:]
+    # The kernel of that recording is not this machine's: DKMS built nothing for the running kernel,
+    # or (same kernel) the installed driver is not the loaded one; either stops verify with the fix.
+    assert "node1: " in out and "rocm_manage is verify, so this role reboots nothing and changes nothing" in out
+    assert "See docs/runbooks/" in out
+    assert "changed=0" in out
+    if os.uname().release != "6.8.0-55-generic":  # the recording's kernel
+        kernel = os.uname().release
+        assert f"amdgpu-dkms is installed but DKMS built no amdgpu for the running kernel {kernel}" in out, out[-3000:]
+        assert f"install linux-headers-{kernel}" in out and "See docs/runbooks/kernel-headers.md" in out
