@@ -119,7 +119,7 @@ EXISTING = f"""\
 """
 
 
-def test_verify_stops_on_a_driver_owed_a_reboot_and_reboots_nothing(tmp_path):
+def test_verify_stops_on_a_driver_that_is_not_the_running_one_and_reboots_nothing(tmp_path):
     # A recorded `dkms status` (tests/fixtures/driver/SOURCES.md) of a DKMS amdgpu this machine does not run.
     recorded = ROOT / "tests/fixtures/driver/dkms-status_rocm633_mi100_one-kernel_installed.txt"
     bin_dir = tmp_path / "bin"
