@@ -43,7 +43,7 @@ def dpkg_versions(text):
     known to dpkg but not installed has an empty version and is left out."""
     versions = {}
     for line in (text or "").splitlines():
-        name, _, version = line.partition("\t")
+        name, _sep, version = line.partition("\t")
         if name.strip() and version.strip():
             versions[name.strip()] = version.strip()
     return versions

@@ -173,7 +173,7 @@ PIP_TASK = ("roles/instinct_python/tasks/venv.yml", "Pin pip in the venv")
 
 def test_a_roles_pip_task_goes_to_the_proxy_for_the_index(tmp_path, tiny_venv):
     closed = _free_port()  # nothing listens: the proxy cannot be reached, and pip says so as it retries
-    _, out = run_play(
+    _rc, out = run_play(
         tmp_path,
         pip_play(role_task(*PIP_TASK)),
         {"instinct_venv": str(tiny_venv), "instinct_python_pip_version": "0.0.1",
@@ -203,7 +203,7 @@ def test_a_roles_pip_task_fetches_from_a_node_address_directly(tmp_path, tiny_ve
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         _Index.seen.clear()
-        _, out = run_play(
+        _rc, out = run_play(
             tmp_path,
             pip_play(role_task(*PIP_TASK)),
             {"instinct_venv": str(tiny_venv), "instinct_python_pip_version": "0.0.1",
