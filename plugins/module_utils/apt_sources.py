@@ -41,13 +41,13 @@ def parse_one_line(text, path):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        kind, _, rest = line.partition(" ")
+        kind, _space, rest = line.partition(" ")
         if kind not in ("deb", "deb-src"):
             continue
         rest = rest.strip()
         options = {}
         if rest.startswith("["):
-            inside, _, rest = rest[1:].partition("]")
+            inside, _bracket, rest = rest[1:].partition("]")
             for word in inside.split():
                 key, sep, value = word.partition("=")
                 if sep:
@@ -72,7 +72,7 @@ def _stanzas(text):
         elif raw[0] in " \t" and key:
             stanza[key] += "\n" + raw.strip()
         elif ":" in raw:
-            key, _, value = raw.partition(":")
+            key, _colon, value = raw.partition(":")
             key = key.strip().lower()
             stanza[key] = value.strip()
 

@@ -71,16 +71,16 @@ def test_install_refuses_to_downgrade_a_newer_rocm_naming_both_releases_and_both
 
 
 def test_install_goes_on_when_the_downgrade_is_allowed_or_the_release_is_the_installed_one(tmp_path):
-    proc, out, _ = run_validate(tmp_path, rocm_allow_downgrade=True)
+    proc, out, _asked = run_validate(tmp_path, rocm_allow_downgrade=True)
     assert proc.returncode == 0, out[-3000:]
     assert "release=7.0.2 amdgpu=30.10.2" in out
-    proc, out, _ = run_validate(tmp_path, rocm_version="7.1.0")
+    proc, out, _asked = run_validate(tmp_path, rocm_version="7.1.0")
     assert proc.returncode == 0, out[-3000:]
     assert "release=7.1.0 amdgpu=30.20" in out
 
 
 def test_verify_takes_the_installed_release_whatever_rocm_version_says(tmp_path):
-    proc, out, _ = run_validate(tmp_path, check=True, rocm_manage="verify")
+    proc, out, _asked = run_validate(tmp_path, check=True, rocm_manage="verify")
     assert proc.returncode == 0, out[-3000:]
     assert "release=7.1.0 amdgpu=30.20" in out
     assert "changed=0" in out
@@ -88,19 +88,19 @@ def test_verify_takes_the_installed_release_whatever_rocm_version_says(tmp_path)
 
 def test_verify_refuses_a_release_missing_from_the_map_until_the_inventory_adds_it(tmp_path):
     releases = {"7.0.2": {"amdgpu": "30.10.2"}}
-    proc, out, _ = run_validate(tmp_path, rocm_manage="verify", rocm_releases=releases)
+    proc, out, _asked = run_validate(tmp_path, rocm_manage="verify", rocm_releases=releases)
     assert proc.returncode != 0, out[-3000:]
     assert "node1: ROCm 7.1.0 is installed (rocm-core 7.1.0.70100-20~22.04), which is not in the supported" in out
     assert "add it to rocm_releases in the inventory" in out
     assert "rocm_manage is verify, so nothing was changed" in out
     added = dict(releases, **{"7.1.0": {"amdgpu": "30.20"}})
-    proc, out, _ = run_validate(tmp_path, rocm_manage="verify", rocm_releases=added)
+    proc, out, _asked = run_validate(tmp_path, rocm_manage="verify", rocm_releases=added)
     assert proc.returncode == 0, out[-3000:]
     assert "release=7.1.0 amdgpu=30.20" in out
 
 
 def test_verify_refuses_a_node_without_rocm(tmp_path):
-    proc, out, _ = run_validate(tmp_path, installed="", rocm_manage="verify")
+    proc, out, _asked = run_validate(tmp_path, installed="", rocm_manage="verify")
     assert proc.returncode != 0, out[-3000:]
     assert "node1: rocm_manage is verify but no ROCm is installed (no rocm-core package)" in out
 
