@@ -13,6 +13,7 @@ safely than it could): warnings are reported apart and never fail a run.
 
 from __future__ import absolute_import, division, print_function
 
+import ipaddress
 import json
 import math
 import re
@@ -24,11 +25,13 @@ from ansible_collections.instinct.finetune.plugins.module_utils import (
     host_tuning,
     jobstate,
     pci,
+    proxy,
     pystack,
     torch_release,
     trainer_import,
 )
 from ansible_collections.instinct.finetune.plugins.module_utils import ds_report as ds_report_utils
+from ansible_collections.instinct.finetune.plugins.module_utils import rocm_release as releases
 from ansible_collections.instinct.finetune.plugins.module_utils.rdma import port_state
 from ansible_collections.instinct.finetune.plugins.module_utils.rocm_release import normalize_version
 
@@ -203,7 +206,28 @@ def _repositories(raw):
         "unsigned": [s["file"] for s in sources if not s.get("signed_by")],
         "missing_keys": [s["file"] for s in sources if s.get("signed_by") and not s.get("keys_present")],
         "package_lists": apt_index.has_package_lists(raw.get("apt_lists") or []),
+        "signed_by_conflicts": signed_by_conflicts(raw.get("apt_entries") or []),
     }
+
+
+def signed_by_conflicts(entries):
+    """The repositories that two source entries name with different Signed-By (a missing one counts, as
+    the rocm role's apt_sources.plan counts it): apt then reads no source at all ("Conflicting values set
+    for option Signed-By regarding source URI SUITE"). ``entries``: apt_sources.parse_files' entries.
+    Returns ``[{uri, suite, named}]``, ``named`` being ``"<file>: <signed-by or (none)>"`` per entry."""
+    by_repository = {}
+    for entry in entries:
+        by_repository.setdefault((entry.get("uri"), entry.get("suite")), []).append(entry)
+    conflicts = []
+    for (uri, suite), found in sorted(by_repository.items(), key=lambda item: (str(item[0][0]), str(item[0][1]))):
+        if len({entry.get("signed_by") for entry in found}) > 1:
+            named = []
+            for entry in found:
+                text = f"{entry.get('file')}: {entry.get('signed_by') or '(none)'}"
+                if text not in named:
+                    named.append(text)
+            conflicts.append({"uri": uri, "suite": suite, "named": named})
+    return conflicts
 
 
 def _env(text):
@@ -458,6 +482,87 @@ def _in_dropin(arg, text):
     return re.search(r'(?<![^\s"])' + re.escape(arg) + r'(?![^\s"])', text) is not None
 
 
+def _rocm(raw, settings):
+    """The node's installed ROCm judged as the rocm role's validate.yml judges it, from the same dpkg-query
+    output: with rocm_manage install (and no rocm_allow_downgrade), a ROCm or amdgpu newer than
+    rocm_version's release is refused; with verify, a release missing from rocm_releases (or without its
+    driver) is. ``problem``: the role's own words, None when the role would go on."""
+    installed = releases.parse_dpkg_query(raw.get("packages") or "")
+    have = releases.installed_releases(installed)
+    info, _source = rocm_release({"installed": raw.get("info_version")})
+    manage = settings.get("rocm_manage") or "install"
+    known = settings.get("rocm_releases") or {}
+    check_driver = settings.get("install_driver", True) is not False
+    problem = ""
+    try:
+        if manage == "verify":
+            releases.existing_release(installed, known, check_driver)
+        elif not settings.get("rocm_allow_downgrade"):
+            target = releases.rocm_release(settings.get("rocm_version") or "", known)
+            problem = releases.downgrade_problem(installed, target, check_driver)
+    except ValueError as error:
+        problem = str(error)
+    in_map = None
+    if have["rocm"]:
+        in_map = have["rocm"] in {releases.normalize_version(version) for version in known}
+    return {
+        "manage": manage,
+        "pinned": settings.get("rocm_version"),
+        # rocm-core's release, else <rocm>/.info/version's (a ROCm installed without AMD's packages).
+        "installed": have["rocm"] or info,
+        "installed_package": have["rocm_package"],
+        "amdgpu": have["amdgpu"],
+        "amdgpu_package": have["amdgpu_package"],
+        "in_release_map": in_map,
+        "problem": problem or None,
+    }
+
+
+def no_proxy_covers(no_proxy, host):
+    """Whether a no_proxy value (comma or space separated) keeps ``host`` off the proxy as curl, pip and
+    apt's environment readers match it: ``*``, the host itself, a domain suffix (``.example.com`` or
+    ``example.com``) or, for an address, a CIDR that holds it (curl 7.86 and later, Python's requests)."""
+    host = str(host or "").strip().lower()
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for entry in [item.lower() for item in proxy.split_no_proxy(no_proxy or "")]:
+        if entry in ("*", host):
+            return True
+        if "/" in entry and address is not None:
+            try:
+                if address in ipaddress.ip_network(entry, strict=False):
+                    return True
+            except ValueError:
+                continue
+        elif address is None and host.endswith("." + entry.lstrip(".")):
+            return True
+    return False
+
+
+def _proxy(raw, settings):
+    """The proxies the node uses outside the play that do not accept a connection (``unreachable``:
+    ``"<source> <url>: <error>"``), and, where /etc/environment sets a proxy, the cluster's nodes (settings'
+    ``nodes``: inventory names and ansible_host) its no_proxy does not exempt (``no_proxy_missing``)."""
+    proxies = raw.get("proxies") or []
+    unreachable = [
+        f"{entry.get('source')} {entry.get('url')} ({entry.get('target') or 'no host'}): {entry['error']}"
+        for entry in proxies
+        if entry.get("error")
+    ]
+    environment = [entry for entry in proxies if str(entry.get("source", "")).startswith("/etc/environment")]
+    nodes = [node for node in settings.get("nodes") or [] if node]
+    missing = [node for node in nodes if not no_proxy_covers(raw.get("env_no_proxy"), node)] if environment else []
+    return {
+        "proxies": [f"{entry.get('source')} {entry.get('url')}" for entry in proxies],
+        "unreachable": unreachable,
+        "environment_proxy": bool(environment),
+        "no_proxy_missing": sorted(set(missing), key=missing.index),
+        "apt_file": raw.get("apt_file"),
+    }
+
+
 def node_facts(raw, probes, settings):
     """The diagnose facts of one node.
 
@@ -466,8 +571,9 @@ def node_facts(raw, probes, settings):
     ``{"skipped": true}``), ``rocm_release`` (``{installed, record}``: the texts of ``<rocm>/.info/version``
     and of the rocm stage's record, None where absent) and ``ds_report`` (its stdout or None).
     ``settings``: expected_gpus, temperature_limit, min_free_disk_gb, min_free_memory_gb,
-    stall_minutes, torch_on_gpu, torch_version, kernel_cmdline_args, allow_reboot, host, and the
-    platform facts (distribution, distribution_version, platform_supported).
+    stall_minutes, torch_on_gpu, torch_version, kernel_cmdline_args, allow_reboot, host, install_driver,
+    rocm_manage, rocm_version, rocm_releases, rocm_allow_downgrade, nodes (the inventory's node names and
+    addresses), and the platform facts (distribution, distribution_version, platform_supported).
     """
     rocminfo, smi = probes.get("rocminfo"), probes.get("smi")
     facts = {}
@@ -486,6 +592,8 @@ def node_facts(raw, probes, settings):
         "jobs": lambda r: _jobs(r, raw.get("time") or 0, settings),
         "monitoring": _monitoring,
         "tuning": lambda r: _tuning(r, settings),
+        "rocm": lambda r: _rocm(r, settings),
+        "proxy": lambda r: _proxy(r, settings),
     }
     errors = {}
     for name, build in sections.items():

@@ -16,9 +16,15 @@ import os
 import pwd
 import re
 import shutil
+import socket
 import stat
 import subprocess
 import sys
+from urllib.parse import urlsplit
+
+# Shared with the controller (links to plugins/module_utils): the apt source parser the rocm role plans
+# with, and the proxy URL redaction the roles use, so that the node reads both the same way.
+from instinct_node_tools import apt_sources, proxy
 
 SECTIONS = (
     "os",
@@ -35,6 +41,8 @@ SECTIONS = (
     "jobs",
     "monitoring",
     "tuning",
+    "rocm",
+    "proxy",
 )
 # amdgpu kernel messages that mean a GPU or its memory is failing: failed probes and init, driver
 # errors, uncorrectable RAS errors, resets, ring timeouts, page faults. Healthy boot lines such as
@@ -204,7 +212,17 @@ def section_repositories(settings):
         lists = sorted(name for name in os.listdir("/var/lib/apt/lists") if "Packages" in name)
     except OSError:
         lists = []
-    return {"rocm_sources": entries, "apt_lists": lists}
+    # Every entry of every source file, read as the rocm role reads them (apt_sources.parse_files):
+    # apt refuses all sources when two entries for one repository name different Signed-By keyrings.
+    return {"rocm_sources": entries, "apt_lists": lists, "apt_entries": apt_sources.parse_files(apt_source_files())}
+
+
+def apt_source_files(root="/etc/apt"):
+    """``{path: text}`` of sources.list and every *.list and *.sources file of sources.list.d (readable ones)."""
+    paths = [os.path.join(root, "sources.list")]
+    for pattern in ("*.list", "*.sources"):
+        paths += sorted(glob.glob(os.path.join(root, "sources.list.d", pattern)))
+    return {path: text for path in paths for text in [read(path)] if text is not None}
 
 
 def latest_launch(text):
@@ -378,6 +396,88 @@ def section_tuning(settings):
         "grub_dropin": read(GRUB_DROPIN),
         "lspci": section_gpus(settings)["lspci"],
     }
+
+
+def section_rocm(settings):
+    """The ROCm and amdgpu packages the node has, as the rocm role's validate.yml reads them (dpkg-query's
+    rocm-core and amdgpu-dkms; exit status 1 is "no packages found"), and ``<rocm>/.info/version``."""
+    dpkg = shutil.which("dpkg-query")
+    query = (
+        run([dpkg, "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n", "rocm-core", "amdgpu-dkms"])
+        if dpkg
+        else None
+    )
+    return {
+        "packages": query["stdout"] if query and query["rc"] in (0, 1) else None,
+        "info_version": read(os.path.join(settings["rocm_path"], ".info", "version")),
+    }
+
+
+# apt's resolved configuration: 'Acquire::http::Proxy "http://proxy:3128";' (every file, block syntax
+# included) and its per-host exceptions 'Acquire::http::Proxy::node1 "DIRECT";'.
+APT_PROXY = re.compile(r'^Acquire::(https?)::Proxy(?:::(\S+))?\s+"([^"]*)";\s*$', re.MULTILINE | re.IGNORECASE)
+ENVIRONMENT_PROXY = re.compile(
+    r"^\s*(?:export\s+)?(https?_proxy|no_proxy)\s*=\s*(.*?)\s*$", re.MULTILINE | re.IGNORECASE
+)
+
+
+def proxy_target(url):
+    """``(host, port)`` a proxy URL connects to (the scheme's port when it names none), or None."""
+    try:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    except ValueError:
+        return None
+    return (parts.hostname, port) if parts.hostname else None
+
+
+def can_connect(target, timeout):
+    """None when a TCP connection to ``(host, port)`` opens within ``timeout`` seconds, else why not."""
+    try:
+        with socket.create_connection(target, timeout=timeout):
+            return None
+    except OSError as error:
+        return f"{type(error).__name__}: {error}"
+
+
+def section_proxy(settings):
+    """The proxies the node is set up to use outside the play: apt's resolved configuration (``apt-config
+    dump``: every apt.conf.d file, preflight's among them) and /etc/environment."""
+    apt_config = shutil.which("apt-config")
+    dump = run([apt_config, "dump"])["stdout"] if apt_config else ""
+    found = proxy_settings(dump, read("/etc/environment") or "", float(settings.get("proxy_timeout", 3)))
+    found["apt_file"] = os.path.exists(settings["apt_proxy_file"]) if settings.get("apt_proxy_file") else None
+    return found
+
+
+def proxy_settings(apt_dump, environment, timeout):
+    """The proxies in ``apt_dump`` (``apt-config dump``'s output) and ``environment`` (/etc/environment's
+    text), each tried with a TCP connect from this node (``timeout`` seconds; one try per host and port),
+    and their exceptions (apt's DIRECT hosts, the environment's no_proxy). URLs are redacted here: a
+    password never leaves the node."""
+    proxies, apt_direct, env_no_proxy = [], [], None
+    for scheme, host, value in APT_PROXY.findall(apt_dump or ""):
+        if host and value.upper() == "DIRECT":
+            apt_direct.append(host)
+        elif not host and value and value.upper() != "DIRECT":
+            proxies.append({"source": f"apt Acquire::{scheme.lower()}::Proxy", "url": value})
+    for name, quoted in ENVIRONMENT_PROXY.findall(environment or ""):
+        value = quoted.strip("\"'")
+        if name.lower() == "no_proxy":
+            env_no_proxy = value
+        elif value:
+            proxies.append({"source": f"/etc/environment {name}", "url": value})
+    tried = {}
+    for entry in proxies:
+        target = proxy_target(entry["url"])
+        if target and target not in tried:
+            tried[target] = can_connect(target, timeout)
+        entry.update(
+            url=proxy.redact(entry["url"]),
+            target=f"{target[0]}:{target[1]}" if target else None,
+            error=tried[target] if target else "the URL names no host",
+        )
+    return {"proxies": proxies, "apt_direct": apt_direct, "env_no_proxy": env_no_proxy}
 
 
 def main(argv):

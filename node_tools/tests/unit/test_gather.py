@@ -3,7 +3,13 @@ script): what it counts as an amdgpu error, which part of a training log it read
 an AMD apt source."""
 
 import json
+import os
+import shutil
+import socket
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from instinct_node_tools import gather
 from tests.unit.conftest import FIXTURES, ROOT
@@ -149,3 +155,108 @@ def test_the_installed_script_reads_the_tuning_section(node_tools):
     out = json.loads(proc.stdout)
     assert set(out) == {"time", "tuning"} and "error" not in out["tuning"], out
     assert out["tuning"]["cmdline"].split() == Path("/proc/cmdline").read_text().split()
+
+
+# ---------------------------------------------------------------- issue 31: existing ROCm, proxies
+# AMD's documented rocm.list line (ROCm's "Ubuntu native installation"; as test_apt_sources.py writes it)
+# and the rocm role's deb822 file naming the same repository with its own keyring.
+AMD_ROCM_LIST = (
+    "deb [arch=amd64 signed-by=/etc/apt/keyrings/rocm.gpg] https://repo.radeon.com/rocm/apt/7.0.2 jammy main\n"
+)
+ROLE_ROCM_SOURCES = (
+    "Types: deb\nURIs: https://repo.radeon.com/rocm/apt/7.0.2/\nSuites: jammy\nComponents: main\n"
+    "Signed-By: /etc/apt/keyrings/rocm.asc\n"
+)
+
+
+def test_every_source_file_is_read_with_the_rocm_roles_parser(tmp_path):
+    listed = tmp_path / "sources.list.d"
+    listed.mkdir()
+    (tmp_path / "sources.list").write_text("deb http://archive.ubuntu.com/ubuntu jammy main\n")
+    (listed / "rocm.list").write_text(AMD_ROCM_LIST)
+    (listed / "rocm.sources").write_text(ROLE_ROCM_SOURCES)
+    (listed / "rocm.list.save").write_text(AMD_ROCM_LIST.replace("rocm.gpg", "old.gpg"))  # apt skips it too
+    files = gather.apt_source_files(str(tmp_path))
+    assert sorted(files) == [str(tmp_path / "sources.list"), str(listed / "rocm.list"), str(listed / "rocm.sources")]
+    entries = gather.apt_sources.parse_files(files)
+    rocm = [(e["file"], e["signed_by"]) for e in entries if e["uri"] == "https://repo.radeon.com/rocm/apt/7.0.2"]
+    assert rocm == [
+        (str(listed / "rocm.list"), "/etc/apt/keyrings/rocm.gpg"),
+        (str(listed / "rocm.sources"), "/etc/apt/keyrings/rocm.asc"),
+    ]
+
+
+def test_the_shared_parsers_are_the_controllers_own_files():
+    """Links, not copies: the node reads sources and redacts proxies exactly as the roles do."""
+    package = ROOT / "node_tools" / "src" / "instinct_node_tools"
+    for name in ("apt_sources.py", "proxy.py"):
+        assert (package / name).is_symlink()
+        assert (package / name).resolve() == ROOT / "plugins" / "module_utils" / name
+
+
+def test_the_rocm_section_reads_dpkg_query_and_the_prefix(monkeypatch, tmp_path):
+    """A stand-in dpkg-query answering as a node with ROCm 7.1.0 and amdgpu 30.20 (versions of AMD's
+    packages from public ROCm issues: tests/unit/plugins/module_utils/test_rocm_existing.py)."""
+    installed = "rocm-core\t7.1.0.70100-20~22.04\tii \namdgpu-dkms\t1:6.16.6.30200000-2238411.24.04\tii \n"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    (tmp_path / "answer").write_text(installed)
+    script = bin_dir / "dpkg-query"
+    script.write_text(f"#!/bin/sh\necho \"$*\" > '{calls}'\ncat '{tmp_path / 'answer'}'\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    (tmp_path / "rocm" / ".info").mkdir(parents=True)
+    (tmp_path / "rocm" / ".info" / "version").write_text("7.1.0-20\n")
+    found = gather.section_rocm({"rocm_path": str(tmp_path / "rocm")})
+    assert found == {"packages": installed, "info_version": "7.1.0-20\n"}
+    assert calls.read_text().split()[-2:] == ["rocm-core", "amdgpu-dkms"]
+
+
+def apt_config_dump(tmp_path, text):
+    """What `apt-config dump` prints for a configuration holding ``text`` (and no other file)."""
+    if not shutil.which("apt-config"):
+        pytest.skip("apt-config is not on this machine")
+    parts = tmp_path / "apt.conf.d"
+    parts.mkdir()
+    conf = tmp_path / "apt.conf"
+    conf.write_text(f'Dir::Etc::parts "{parts}";\n{text}')
+    done = subprocess.run(
+        ["apt-config", "dump"], env={**os.environ, "APT_CONFIG": str(conf)}, capture_output=True, text=True, check=True
+    )
+    return done.stdout
+
+
+def test_proxies_from_apt_and_etc_environment_are_tried_and_redacted(tmp_path):
+    with socket.socket() as listening, socket.socket() as closed:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        closed.bind(("127.0.0.1", 0))  # bound, not listening: the connection is refused
+        up, down = listening.getsockname()[1], closed.getsockname()[1]
+        dump = apt_config_dump(
+            tmp_path,
+            f'Acquire::http::Proxy "http://user:p%40ss@127.0.0.1:{up}/";\n'
+            f'Acquire {{ https::Proxy "http://127.0.0.1:{down}"; http::Proxy::node1 "DIRECT"; }};\n',
+        )
+        environment = f'PATH="/usr/bin"\nhttp_proxy="http://127.0.0.1:{down}/"\nno_proxy="localhost,node1"\n'
+        found = gather.proxy_settings(dump, environment, 2)
+    assert found["apt_direct"] == ["node1"]
+    assert found["env_no_proxy"] == "localhost,node1"
+    assert [(p["source"], p["url"], p["target"]) for p in found["proxies"]] == [
+        ("apt Acquire::http::Proxy", f"http://user:***@127.0.0.1:{up}/", f"127.0.0.1:{up}"),
+        ("apt Acquire::https::Proxy", f"http://127.0.0.1:{down}", f"127.0.0.1:{down}"),
+        ("/etc/environment http_proxy", f"http://127.0.0.1:{down}/", f"127.0.0.1:{down}"),
+    ]
+    assert found["proxies"][0]["error"] is None
+    assert "ConnectionRefusedError" in found["proxies"][1]["error"] == found["proxies"][2]["error"]
+    assert "p%40ss" not in json.dumps(found)
+
+
+def test_the_installed_script_reads_the_repositories_rocm_and_proxy_sections(node_tools, tmp_path):
+    settings = {"rocm_path": str(tmp_path), "apt_proxy_file": str(tmp_path / "absent"), "proxy_timeout": 1}
+    proc = node_tools.run("instinct-gather", json.dumps(settings), "repositories", "rocm", "proxy")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert all("error" not in out[name] for name in ("repositories", "rocm", "proxy")), out
+    assert isinstance(out["repositories"]["apt_entries"], list) and out["proxy"]["apt_file"] is False
+    assert out["rocm"]["info_version"] is None

@@ -1,13 +1,15 @@
 """diagnose: the facts built from what a node's checks collected, and the rules (rules.yml)
 evaluated on them with jmespath (what community.general.json_query runs), on real recordings."""
 
+import ast
 from pathlib import Path
 
+import jinja2
 import jmespath
 import pytest
 import yaml
 
-from ansible_collections.instinct.finetune.plugins.module_utils import diagnose
+from ansible_collections.instinct.finetune.plugins.module_utils import apt_sources, diagnose
 from ansible_collections.instinct.finetune.plugins.module_utils.rocm_smi import build_facts, parse_amdsmi_static
 from ansible_collections.instinct.finetune.plugins.module_utils.rocminfo import RocminfoError, parse_rocminfo
 
@@ -409,7 +411,9 @@ def test_a_gpu_node_without_amds_host_tuning_gets_a_warning_not_a_fault():
     assert details[0]["detail"].startswith("kernel command line iommu=pt missing; ")
     assert all("preflight_apply_tuning: true" in f["fix"] for f in facts["tuning"]["missing"])
     # Every other rule is an error (the default).
-    assert {rule.get("severity", "error") for rule in RULES if rule["id"] != "host-tuning"} == {"error"}
+    assert {
+        rule.get("severity", "error") for rule in RULES if rule["id"] not in ("host-tuning", "proxy-nodes-not-exempt")
+    } == {"error"}
 
 
 def test_host_tuning_applied_but_not_booted_is_pending_a_reboot():
@@ -528,3 +532,201 @@ def test_the_report_keeps_warnings_apart_from_the_runbooks_that_apply():
     warning = {"id": "host-tuning", "runbook": "host-tuning.md", "severity": "warning"}
     report = diagnose.host_report({"diagnose_findings": [], "diagnose_warnings": [warning], "diagnose_facts": {}})
     assert report["runbooks"] == [] and report["warnings"] == [warning]
+
+
+# ---------------------------------------------------------------- issue 31: existing ROCm, proxies
+# AMD's documented one-line sources (ROCm's "Ubuntu native installation" and amdgpu-install, as
+# tests/unit/plugins/module_utils/test_apt_sources.py writes them), the role's deb822 file, and the
+# packages of a node with ROCm 7.1.0 and amdgpu 30.20 (versions from public ROCm issues; sources in
+# tests/unit/plugins/module_utils/test_rocm_existing.py), in the role's dpkg-query format.
+AMD_ROCM_LIST = (
+    "deb [arch=amd64 signed-by=/etc/apt/keyrings/rocm.gpg] https://repo.radeon.com/rocm/apt/7.0.2 jammy main\n"
+)
+AMD_AMDGPU_LIST = (
+    "deb [arch=amd64,i386 signed-by=/etc/apt/keyrings/rocm.gpg] "
+    "https://repo.radeon.com/amdgpu/30.10.2/ubuntu jammy main\n"
+)
+ROLE_ROCM_SOURCES = (
+    "Types: deb\nURIs: https://repo.radeon.com/rocm/apt/7.0.2/\nSuites: jammy\nComponents: main\n"
+    "Architectures: amd64\nSigned-By: /etc/apt/keyrings/rocm.asc\n"
+)
+ROCM_710_NODE = "rocm-core\t7.1.0.70100-20~22.04\tii \namdgpu-dkms\t1:6.16.6.30200000-2238411.24.04\tii \n"
+ROCM_644_NODE = "rocm-core\t6.4.4.60404-129~24.04\tii \namdgpu-dkms\t1:6.12.12.60404-2202139.24.04\tii \n"
+ROCM_DEFAULTS = yaml.safe_load((ROOT / "roles" / "rocm" / "defaults" / "main.yml").read_text())
+ROCM_SETTINGS = {
+    "rocm_manage": "install",
+    "rocm_version": "7.0.2",
+    "rocm_releases": ROCM_DEFAULTS["rocm_releases"],
+    "rocm_allow_downgrade": False,
+    "install_driver": True,
+}
+
+
+def repositories_raw(files):
+    """The repositories section as gather.py reads it: the AMD source check, and every entry parsed by
+    the rocm role's apt_sources (what the node tools' link to it runs)."""
+    raw = healthy_raw()["repositories"]
+    return dict(raw, apt_entries=apt_sources.parse_files(files))
+
+
+def test_amds_rocm_list_beside_a_source_with_another_keyring_names_existing_rocm():
+    files = {
+        "/etc/apt/sources.list.d/rocm.list": AMD_ROCM_LIST,
+        "/etc/apt/sources.list.d/rocm.sources": ROLE_ROCM_SOURCES,
+    }
+    found, facts, details = runbooks(healthy_raw(repositories=repositories_raw(files)))
+    assert found == ["existing-rocm.md"]
+    assert facts["repositories"]["signed_by_conflicts"] == [
+        {
+            "uri": "https://repo.radeon.com/rocm/apt/7.0.2",
+            "suite": "jammy",
+            "named": [
+                "/etc/apt/sources.list.d/rocm.list: /etc/apt/keyrings/rocm.gpg",
+                "/etc/apt/sources.list.d/rocm.sources: /etc/apt/keyrings/rocm.asc",
+            ],
+        }
+    ]
+    assert details[0]["id"] == "apt-signed-by-conflict"
+    assert details[0]["detail"].startswith("https://repo.radeon.com/rocm/apt/7.0.2 jammy named by ")
+
+
+def test_amds_own_files_with_one_keyring_are_no_conflict():
+    files = {"/etc/apt/sources.list.d/rocm.list": AMD_ROCM_LIST, "/etc/apt/sources.list.d/amdgpu.list": AMD_AMDGPU_LIST}
+    found, facts, _details = runbooks(healthy_raw(repositories=repositories_raw(files)))
+    assert found == []
+    assert facts["repositories"]["signed_by_conflicts"] == []
+    # deb and deb-src of one repository with one keyring, a trailing slash apart: still one repository.
+    same = AMD_ROCM_LIST + AMD_ROCM_LIST.replace("deb ", "deb-src ", 1).replace("7.0.2 ", "7.0.2/ ")
+    assert (
+        diagnose.signed_by_conflicts(repositories_raw({"/etc/apt/sources.list.d/rocm.list": same})["apt_entries"]) == []
+    )
+
+
+def test_an_entry_without_signed_by_conflicts_with_one_that_names_a_keyring():
+    entries = repositories_raw(
+        {
+            "/etc/apt/sources.list": "deb https://repo.radeon.com/rocm/apt/7.0.2 jammy main\n",
+            "/etc/apt/sources.list.d/rocm.list": AMD_ROCM_LIST,
+        }
+    )["apt_entries"]
+    assert diagnose.signed_by_conflicts(entries)[0]["named"][0] == "/etc/apt/sources.list: (none)"
+
+
+def rocm_runbooks(packages, info_version=None, **settings):
+    raw = healthy_raw(rocm={"packages": packages, "info_version": info_version})
+    return runbooks(raw, settings=dict(ROCM_SETTINGS, **settings))
+
+
+def test_a_newer_rocm_than_rocm_version_names_existing_rocm_in_the_roles_words():
+    found, facts, details = rocm_runbooks(ROCM_710_NODE)
+    assert found == ["existing-rocm.md"]
+    assert facts["rocm"]["installed"] == "7.1.0" and facts["rocm"]["amdgpu"] == "30.20"
+    assert facts["rocm"]["in_release_map"] is True
+    assert "newer than the pinned ROCm 7.0.2 with amdgpu 30.10.2" in details[0]["detail"]
+    assert "rocm_manage: verify" in details[0]["detail"]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"rocm_manage": "verify"},  # 7.1.0 with 30.20: the map's pair
+        {"rocm_allow_downgrade": True},
+        {"rocm_version": "7.1.0"},
+    ],
+)
+def test_the_same_node_passes_where_the_rocm_stage_would_go_on(settings):
+    found, facts, _details = rocm_runbooks(ROCM_710_NODE, **settings)
+    assert found == [] and facts["rocm"]["problem"] is None
+
+
+def test_verify_refuses_a_release_the_map_lacks_and_install_upgrades_it():
+    found, facts, details = rocm_runbooks(ROCM_644_NODE, rocm_manage="verify")
+    assert found == ["existing-rocm.md"]
+    assert facts["rocm"]["in_release_map"] is False
+    assert "not in the supported release map" in details[0]["detail"]
+    # install takes an older release to rocm_version: no refusal, no finding.
+    assert rocm_runbooks(ROCM_644_NODE)[0] == []
+    # A site that adds 6.4.4 to the map (diagnose_rocm_releases follows rocm_releases) is fine.
+    releases = dict(ROCM_DEFAULTS["rocm_releases"], **{"6.4.4": {"amdgpu": "6.4.4"}})
+    assert rocm_runbooks(ROCM_644_NODE, rocm_manage="verify", rocm_releases=releases)[0] == []
+
+
+def test_a_rocm_without_amds_packages_is_read_from_its_prefix():
+    found, facts, _details = rocm_runbooks("", info_version="7.1.0-20\n")
+    assert found == [] and facts["rocm"]["installed"] == "7.1.0" and facts["rocm"]["installed_package"] is None
+    # verify with no rocm-core: the role's own refusal.
+    assert rocm_runbooks("", info_version="7.1.0-20\n", rocm_manage="verify")[0] == ["existing-rocm.md"]
+
+
+def test_diagnoses_copy_of_the_rocm_defaults_is_the_rocm_roles():
+    defaults = yaml.safe_load((ROOT / "roles" / "diagnose" / "defaults" / "main.yml").read_text())
+    specs = yaml.safe_load((ROOT / "roles" / "diagnose" / "meta" / "argument_specs.yml").read_text())
+    options = specs["argument_specs"]["main"]["options"]
+    render = jinja2.Environment().from_string  # noqa: S701 - renders a default, not HTML
+    copied = ast.literal_eval(render(defaults["diagnose_rocm_releases"]).render())
+    assert copied == ROCM_DEFAULTS["rocm_releases"] == options["diagnose_rocm_releases"]["default"]
+    # An inventory's map wins over the copy.
+    assert ast.literal_eval(render(defaults["diagnose_rocm_releases"]).render(rocm_releases={"9.9.9": {}})) == {
+        "9.9.9": {}
+    }
+    for name in ("rocm_version", "rocm_manage", "rocm_allow_downgrade"):
+        assert render(defaults[f"diagnose_{name}"]).render() == str(ROCM_DEFAULTS[name]), name
+        assert str(options[f"diagnose_{name}"]["default"]) == str(ROCM_DEFAULTS[name]), name
+
+
+def proxy_raw(proxies, env_no_proxy=None):
+    return healthy_raw(proxy={"proxies": proxies, "apt_direct": [], "env_no_proxy": env_no_proxy, "apt_file": True})
+
+
+APT_PROXY_DOWN = {
+    "source": "apt Acquire::http::Proxy",
+    "url": "http://user:***@proxy.example.com:3128/",
+    "target": "proxy.example.com:3128",
+    "error": "TimeoutError: timed out",
+}
+
+
+def test_a_proxy_that_does_not_answer_names_proxy_md():
+    found, facts, details = runbooks(proxy_raw([APT_PROXY_DOWN]))
+    assert found == ["proxy.md"]
+    assert details[0]["detail"] == (
+        "apt Acquire::http::Proxy http://user:***@proxy.example.com:3128/ (proxy.example.com:3128): "
+        "TimeoutError: timed out"
+    )
+    # apt's proxy alone says nothing of /etc/environment's no_proxy.
+    assert facts["proxy"]["no_proxy_missing"] == []
+    up = dict(APT_PROXY_DOWN, error=None)
+    assert runbooks(proxy_raw([up]))[0] == []
+
+
+def test_a_node_proxy_whose_no_proxy_lacks_the_nodes_is_a_warning():
+    environment = dict(APT_PROXY_DOWN, source="/etc/environment http_proxy", error=None)
+    settings = {"nodes": ["node1", "node2", "10.10.0.11", "10.10.0.12"]}
+    raw = proxy_raw([environment], env_no_proxy="localhost,127.0.0.1,node1,.cluster.example")
+    found, facts, details = runbooks(raw, settings=settings)
+    assert found == ["proxy.md"]
+    assert facts["proxy"]["no_proxy_missing"] == ["node2", "10.10.0.11", "10.10.0.12"]
+    assert [(d["id"], d["severity"], d["detail"]) for d in details] == [
+        ("proxy-nodes-not-exempt", "warning", "node2, 10.10.0.11, 10.10.0.12")
+    ]
+    covered = proxy_raw([environment], env_no_proxy="node1,node2 10.10.0.0/24")
+    assert runbooks(covered, settings=settings)[1]["proxy"]["no_proxy_missing"] == []
+
+
+@pytest.mark.parametrize(
+    ("no_proxy", "host", "covered"),
+    [
+        ("*", "node1", True),
+        ("Node1", "node1", True),
+        (".cluster.example", "node1.cluster.example", True),
+        ("cluster.example", "node1.cluster.example", True),
+        ("cluster.example", "othercluster.example", False),
+        ("10.10.0.0/16", "10.10.3.4", True),
+        ("10.10.0.0/16", "10.11.0.1", False),
+        ("10.10.0.0/16", "node1", False),
+        ("10.10", "10.10.0.1", False),
+        ("", "node1", False),
+    ],
+)
+def test_no_proxy_matching(no_proxy, host, covered):
+    assert diagnose.no_proxy_covers(no_proxy, host) is covered
