@@ -1,4 +1,4 @@
-"""Filters for ROCm release data (rocm_releases, roles/rocm/defaults/main.yml) and the ROCm a node has."""
+"""Filters for ROCm release data (instinct_rocm_releases, roles/common/defaults/main.yml) and the ROCm a node has."""
 
 from __future__ import absolute_import, division, print_function
 

@@ -485,7 +485,7 @@ def _in_dropin(arg, text):
 def _rocm(raw, settings):
     """The node's installed ROCm judged as the rocm role's validate.yml judges it, from the same dpkg-query
     output: with rocm_manage install (and no rocm_allow_downgrade), a ROCm or amdgpu newer than
-    rocm_version's release is refused; with verify, a release missing from rocm_releases (or without its
+    rocm_version's release is refused; with verify, a release missing from instinct_rocm_releases (or without its
     driver) is. ``problem``: the role's own words, None when the role would go on."""
     installed = releases.parse_dpkg_query(raw.get("packages") or "")
     have = releases.installed_releases(installed)

@@ -37,15 +37,15 @@ def rocm_release(version, releases):
     if full not in known:
         raise ValueError(
             f"rocm_version {full} is not in the supported release map (known: {', '.join(sorted(known))}); "
-            "add it to rocm_releases with its amdgpu driver version"
+            "add it to instinct_rocm_releases with its amdgpu driver version"
         )
     entry = known[full]
     amdgpu = entry.get("amdgpu")
     # A map from the inventory: YAML reads an unquoted 30.20 as the number 30.2, a folder AMD does not have.
     if not isinstance(amdgpu, str) or not amdgpu.strip():
         raise ValueError(
-            f"rocm_releases entry {full} has amdgpu {amdgpu!r}; it must be the driver release as a quoted string "
-            '(amdgpu: "30.20"): YAML reads an unquoted 30.20 as the number 30.2'
+            f"instinct_rocm_releases entry {full} has amdgpu {amdgpu!r}; it must be the driver release as a quoted "
+            'string (amdgpu: "30.20"): YAML reads an unquoted 30.20 as the number 30.2'
         )
     entry.update({"version": full, "repo_folder": repo_folder(full), "amdgpu_folder": amdgpu.strip()})
     return entry
@@ -152,8 +152,8 @@ def downgrade_problem(installed, target, check_driver=True):
     return (
         f"{' and '.join(older)}, newer than the pinned ROCm {target['version']} with amdgpu {target['amdgpu_folder']} "
         f"(rocm_version); installing would downgrade it. Nothing was changed. Either keep what is installed: "
-        f"rocm_manage: verify (checks it against rocm_releases and changes nothing), or rocm_version: "
-        f"{have['rocm'] or target['version']} if rocm_releases lists it; or downgrade on purpose: "
+        f"rocm_manage: verify (checks it against instinct_rocm_releases and changes nothing), or rocm_version: "
+        f"{have['rocm'] or target['version']} if instinct_rocm_releases lists it; or downgrade on purpose: "
         "rocm_allow_downgrade: true"
     )
 
@@ -182,8 +182,8 @@ def existing_release(installed, releases, check_driver=True):
             raise
         raise ValueError(
             f"ROCm {have['rocm']} is installed (rocm-core {have['rocm_package']}), which is not in the supported "
-            f"release map ({err}); add it to rocm_releases in the inventory with its amdgpu release, or install a "
-            "supported release with rocm_manage: install and rocm_version"
+            f"release map ({err}); add it to instinct_rocm_releases in the inventory with its amdgpu release, or "
+            "install a supported release with rocm_manage: install and rocm_version"
         ) from None
     if not check_driver:
         return entry
@@ -196,7 +196,7 @@ def existing_release(installed, releases, check_driver=True):
         raise ValueError(
             f"amdgpu {have['amdgpu'] or 'of an unknown release'} is installed (amdgpu-dkms {have['amdgpu_package']}) "
             f"but the release map pairs ROCm {have['rocm']} with amdgpu {entry['amdgpu_folder']}: install that "
-            f"driver, or, where AMD supports the pair, set rocm_releases['{have['rocm']}'].amdgpu to "
+            f"driver, or, where AMD supports the pair, set instinct_rocm_releases['{have['rocm']}'].amdgpu to "
             f"{have['amdgpu'] or 'its release'} in the inventory"
         )
     return entry

@@ -88,13 +88,13 @@ def test_verify_takes_the_installed_release_whatever_rocm_version_says(tmp_path)
 
 def test_verify_refuses_a_release_missing_from_the_map_until_the_inventory_adds_it(tmp_path):
     releases = {"7.0.2": {"amdgpu": "30.10.2"}}
-    proc, out, _asked = run_validate(tmp_path, rocm_manage="verify", rocm_releases=releases)
+    proc, out, _asked = run_validate(tmp_path, rocm_manage="verify", instinct_rocm_releases=releases)
     assert proc.returncode != 0, out[-3000:]
     assert "node1: ROCm 7.1.0 is installed (rocm-core 7.1.0.70100-20~22.04), which is not in the supported" in out
-    assert "add it to rocm_releases in the inventory" in out
+    assert "add it to instinct_rocm_releases in the inventory" in out
     assert "rocm_manage is verify, so nothing was changed" in out
     added = dict(releases, **{"7.1.0": {"amdgpu": "30.20"}})
-    proc, out, _asked = run_validate(tmp_path, rocm_manage="verify", rocm_releases=added)
+    proc, out, _asked = run_validate(tmp_path, rocm_manage="verify", instinct_rocm_releases=added)
     assert proc.returncode == 0, out[-3000:]
     assert "release=7.1.0 amdgpu=30.20" in out
 

@@ -5,7 +5,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.instinct.finetune.plugins.filter.rocm import rocm_release, rocm_release_problem
 from tests.unit.conftest import ROOT
 
-RELEASES = yaml.safe_load((ROOT / "roles/rocm/defaults/main.yml").read_text())["rocm_releases"]
+RELEASES = yaml.safe_load((ROOT / "roles/common/defaults/main.yml").read_text())["instinct_rocm_releases"]
 
 
 @pytest.mark.parametrize(
@@ -33,7 +33,7 @@ def test_release_map_gives_the_folders(version, folder, amdgpu):
         ("latest", "is not MAJOR.MINOR.PATCH"),
         ("7.0.2.1", "is not MAJOR.MINOR.PATCH"),
         ("6.4.1", "is not in the supported release map (known: 7.0.0"),
-        ("7.9.1", "add it to rocm_releases"),
+        ("7.9.1", "add it to instinct_rocm_releases"),
     ],
 )
 def test_bad_versions_are_explained(version, problem):

@@ -1,7 +1,6 @@
 """diagnose: the facts built from what a node's checks collected, and the rules (rules.yml)
 evaluated on them with jmespath (what community.general.json_query runs), on real recordings."""
 
-import ast
 from pathlib import Path
 
 import jinja2
@@ -553,10 +552,11 @@ ROLE_ROCM_SOURCES = (
 ROCM_710_NODE = "rocm-core\t7.1.0.70100-20~22.04\tii \namdgpu-dkms\t1:6.16.6.30200000-2238411.24.04\tii \n"
 ROCM_644_NODE = "rocm-core\t6.4.4.60404-129~24.04\tii \namdgpu-dkms\t1:6.12.12.60404-2202139.24.04\tii \n"
 ROCM_DEFAULTS = yaml.safe_load((ROOT / "roles" / "rocm" / "defaults" / "main.yml").read_text())
+COMMON_DEFAULTS = yaml.safe_load((ROOT / "roles" / "common" / "defaults" / "main.yml").read_text())
 ROCM_SETTINGS = {
     "rocm_manage": "install",
     "rocm_version": "7.0.2",
-    "rocm_releases": ROCM_DEFAULTS["rocm_releases"],
+    "rocm_releases": COMMON_DEFAULTS["instinct_rocm_releases"],
     "rocm_allow_downgrade": False,
     "install_driver": True,
 }
@@ -646,8 +646,8 @@ def test_verify_refuses_a_release_the_map_lacks_and_install_upgrades_it():
     assert "not in the supported release map" in details[0]["detail"]
     # install takes an older release to rocm_version: no refusal, no finding.
     assert rocm_runbooks(ROCM_644_NODE)[0] == []
-    # A site that adds 6.4.4 to the map (diagnose_rocm_releases follows rocm_releases) is fine.
-    releases = dict(ROCM_DEFAULTS["rocm_releases"], **{"6.4.4": {"amdgpu": "6.4.4"}})
+    # A site that adds 6.4.4 to the map (instinct_rocm_releases, which the rocm stage reads too) is fine.
+    releases = dict(COMMON_DEFAULTS["instinct_rocm_releases"], **{"6.4.4": {"amdgpu": "6.4.4"}})
     assert rocm_runbooks(ROCM_644_NODE, rocm_manage="verify", rocm_releases=releases)[0] == []
 
 
@@ -658,17 +658,15 @@ def test_a_rocm_without_amds_packages_is_read_from_its_prefix():
     assert rocm_runbooks("", info_version="7.1.0-20\n", rocm_manage="verify")[0] == ["existing-rocm.md"]
 
 
-def test_diagnoses_copy_of_the_rocm_defaults_is_the_rocm_roles():
+def test_diagnose_judges_by_the_rocm_roles_defaults_and_the_common_release_map():
     defaults = yaml.safe_load((ROOT / "roles" / "diagnose" / "defaults" / "main.yml").read_text())
     specs = yaml.safe_load((ROOT / "roles" / "diagnose" / "meta" / "argument_specs.yml").read_text())
     options = specs["argument_specs"]["main"]["options"]
     render = jinja2.Environment().from_string  # noqa: S701 - renders a default, not HTML
-    copied = ast.literal_eval(render(defaults["diagnose_rocm_releases"]).render())
-    assert copied == ROCM_DEFAULTS["rocm_releases"] == options["diagnose_rocm_releases"]["default"]
-    # An inventory's map wins over the copy.
-    assert ast.literal_eval(render(defaults["diagnose_rocm_releases"]).render(rocm_releases={"9.9.9": {}})) == {
-        "9.9.9": {}
-    }
+    # One release map, in the common role that both roles depend on: neither keeps a copy.
+    assert "instinct_rocm_releases" not in ROCM_DEFAULTS and "diagnose_rocm_releases" not in defaults
+    evaluate = (ROOT / "roles" / "diagnose" / "tasks" / "evaluate.yml").read_text()
+    assert 'rocm_releases: "{{ instinct_rocm_releases }}"' in evaluate
     for name in ("rocm_version", "rocm_manage", "rocm_allow_downgrade"):
         assert render(defaults[f"diagnose_{name}"]).render() == str(ROCM_DEFAULTS[name]), name
         assert str(options[f"diagnose_{name}"]["default"]) == str(ROCM_DEFAULTS[name]), name

@@ -20,7 +20,7 @@ from ansible_collections.instinct.finetune.plugins.filter.rocm import (
 from ansible_collections.instinct.finetune.plugins.module_utils import rocm_release as rr
 from tests.unit.conftest import ROOT
 
-RELEASES = yaml.safe_load((ROOT / "roles/rocm/defaults/main.yml").read_text())["rocm_releases"]
+RELEASES = yaml.safe_load((ROOT / "roles/common/defaults/main.yml").read_text())["instinct_rocm_releases"]
 
 ROCM_710 = "7.1.0.70100-20~22.04"
 ROCM_702 = "7.0.2.70002-56~22.04"
@@ -106,7 +106,7 @@ def test_an_installed_release_in_the_map_with_its_driver_is_used_as_it_is():
     ("text", "check_driver", "words"),
     [
         ("", True, ["no ROCm is installed", "rocm_manage: install"]),
-        (dpkg("6.4.4.60404-129~24.04", DKMS_644), True, ["ROCm 6.4.4 is installed", "add it to rocm_releases"]),
+        (dpkg("6.4.4.60404-129~24.04", DKMS_644), True, ["ROCm 6.4.4 is installed", "to instinct_rocm_releases"]),
         (dpkg(ROCM_710), True, ["amdgpu-dkms is not", "rocm_install_driver: false"]),
         (dpkg(ROCM_710, DKMS_30101), True, ["amdgpu 30.10.1 is installed", "pairs ROCm 7.1.0 with amdgpu 30.20"]),
         ("rocm-core\t5.0.0-1\tii \n", True, ["does not name a ROCm release"]),
@@ -131,5 +131,6 @@ def test_a_release_the_site_adds_to_the_map_is_accepted():
 @pytest.mark.parametrize("amdgpu", [30.2, None, ""])
 def test_a_site_map_with_an_unquoted_or_missing_driver_release_is_refused_naming_the_fix(amdgpu):
     # YAML reads `amdgpu: 30.20` unquoted as 30.2: the folder amdgpu/30.2 does not exist.
-    with pytest.raises(ValueError, match=r'rocm_releases entry 7.1.0 has amdgpu .*quoted string \(amdgpu: "30.20"\)'):
+    refusal = r'instinct_rocm_releases entry 7.1.0 has amdgpu .*quoted\s+string \(amdgpu: "30.20"\)'
+    with pytest.raises(ValueError, match=refusal):
         rr.rocm_release("7.1.0", {"7.1.0": {"amdgpu": amdgpu}})

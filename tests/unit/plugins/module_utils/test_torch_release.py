@@ -16,7 +16,7 @@ VARS = yaml.safe_load((ROOT / "roles/pytorch/vars/main.yml").read_text())
 BUILDS = VARS["pytorch_rocm_wheels"]
 DEFAULTS = yaml.safe_load((ROOT / "roles/pytorch/defaults/main.yml").read_text())
 ROCM_DEFAULTS = yaml.safe_load((ROOT / "roles/rocm/defaults/main.yml").read_text())
-ROCM_RELEASES = yaml.safe_load((ROOT / "roles/rocm/defaults/main.yml").read_text())["rocm_releases"]
+ROCM_RELEASES = yaml.safe_load((ROOT / "roles/common/defaults/main.yml").read_text())["instinct_rocm_releases"]
 
 
 @pytest.mark.parametrize(
