@@ -128,8 +128,11 @@ def test_the_job_folder_holds_what_a_post_mortem_needs(collected):
     )
     versions = manifest["versions"]
     assert {name: versions[name] for name in installed} == installed, versions
-    # The sandbox has no ROCm: its versions are null, not guessed.
-    assert versions["rocm"] is None and versions["rccl"] is None and versions["amdgpu_driver"] is None
+    # The simulated nodes' ROCm (the simulated AMD repository's packages, the recorded amdgpu module) as
+    # the node itself reports it, read as the tasks read it and not guessed.
+    assert versions["rocm"] == node(NODES[0], "cat", "/opt/rocm/.info/version").stdout.strip()
+    assert versions["rccl"] == node(NODES[0], "dpkg-query", "-W", "-f=${Version}", "rccl").stdout.strip()
+    assert versions["amdgpu_driver"] == node(NODES[0], "cat", "/sys/module/amdgpu/version").stdout.strip()
     assert manifest["job"] == JOB and manifest["nodes"] == NODES and manifest["device"] == "cpu"
     assert manifest["fabric_allreduce"]["busbw_gbps"] > 0 and manifest["fabric_allreduce"]["world_size"] == len(NODES)
     results = json.loads((collected / NODES[0] / "all_results.json").read_text())
