@@ -136,16 +136,20 @@ prebuild_images() {
   echo "building the Docker engine and images in the background (artifacts/test-logs/images-prebuild.log)"
 }
 
+check_site_python() {
+  if [[ -z $INSTINCT_SITE_PYTHON || ! -x $INSTINCT_SITE_PYTHON/bin/python3.11 ]]; then
+    echo "the sandbox and the source-build scenario need a CPython 3.11 prefix in INSTINCT_SITE_PYTHON (got '$INSTINCT_SITE_PYTHON')" >&2
+    return 1
+  fi
+}
+
 do_images() {
   if [[ -n $prebuild_pid ]]; then
     # A failure here is reported by the builds below, which run again in the foreground.
     wait "$prebuild_pid" || echo "the background image build failed; building in the foreground"
     prebuild_pid=""
   fi
-  if [[ -z $INSTINCT_SITE_PYTHON || ! -x $INSTINCT_SITE_PYTHON/bin/python3.11 ]]; then
-    echo "the sandbox and the source-build scenario need a CPython 3.11 prefix in INSTINCT_SITE_PYTHON (got '$INSTINCT_SITE_PYTHON')" >&2
-    return 1
-  fi
+  check_site_python
   bash scripts/ensure-docker.sh
   INSTINCT_IMAGE_JAMMY=$(molecule/resources/images/build.sh jammy)
   INSTINCT_IMAGE_JAMMY_SYSTEMD=$(molecule/resources/images/build.sh jammy-systemd)
@@ -226,17 +230,27 @@ kill_tree() {
 do_all() {
   local logs=$root/artifacts/test-logs
   mkdir -p "$logs"
-  rm -f "$logs/images.ready" "$logs/images.failed"
+  rm -f "$logs"/images-*.ready "$logs"/images-*.failed
   : >"$logs/check-stages.txt"
   : >"$logs/e2e-stage.txt"
-  # The e2e lane: it builds the engine and images the molecule scenarios use too, then says so.
+  # The e2e lane: the engine, then the sandbox's image and the sandbox. The molecule scenarios' two
+  # images are made beside it (debootstrap mostly waits on the archive); each image job leaves a marker
+  # that the check lane waits for before its scenarios.
   (
-    # However this lane ends before its images are made, the check lane must not wait for them.
-    trap '[[ -f $logs/images.ready ]] || touch "$logs/images.failed"' EXIT
+    # However this lane ends before its image is made, the check lane must not wait for it.
+    trap '[[ -f $logs/images-sandbox.ready ]] || touch "$logs/images-sandbox.failed"' EXIT
     start=$SECONDS
-    do_images
-    printf '%-28s %5ss\n' "docker engine + images" "$((SECONDS - start))" >"$logs/e2e-stage.txt"
-    touch "$logs/images.ready"
+    check_site_python
+    bash scripts/ensure-docker.sh
+    (
+      trap '[[ -f $logs/images-molecule.ready ]] || touch "$logs/images-molecule.failed"' EXIT
+      for variant in jammy bookworm; do molecule/resources/images/build.sh "$variant" >/dev/null; done
+      touch "$logs/images-molecule.ready"
+    ) >"$logs/images-molecule.log" 2>&1 &
+    INSTINCT_IMAGE_JAMMY_SYSTEMD=$(molecule/resources/images/build.sh jammy-systemd)
+    export INSTINCT_IMAGE_JAMMY_SYSTEMD
+    touch "$logs/images-sandbox.ready"
+    printf '%-28s %5ss\n' "engine + sandbox image" "$((SECONDS - start))" >"$logs/e2e-stage.txt"
     start=$SECONDS
     do_e2e
     printf '%-28s %5ss\n' "e2e sandbox (e2e lane)" "$((SECONDS - start))" >>"$logs/e2e-stage.txt"
@@ -274,14 +288,20 @@ do_all() {
   [[ $e2e_rc -eq 0 ]] || { echo "the e2e lane failed (exit $e2e_rc)"; return "$e2e_rc"; }
 }
 
-# The molecule scenarios need the images the e2e lane builds: wait for its word (an hour at most).
+# The molecule scenarios need the images the e2e lane makes: wait for both markers (an hour at most),
+# then take the images' names (reused, not built again).
 wait_for_images() {
-  local logs=$1 waited=0
-  until [[ -f $logs/images.ready ]]; do
-    [[ ! -f $logs/images.failed ]] || { echo "the e2e lane could not build the images (see $logs/e2e.log)"; return 1; }
-    ((waited < 3600)) || { echo "no images after an hour (see $logs/e2e.log)"; return 1; }
-    sleep 5
-    waited=$((waited + 5))
+  local logs=$1 waited=0 image
+  for image in sandbox molecule; do
+    until [[ -f $logs/images-$image.ready ]]; do
+      [[ ! -f $logs/images-$image.failed ]] || {
+        echo "the e2e lane could not make the $image image(s) (see $logs/e2e.log, $logs/images-molecule.log)"
+        return 1
+      }
+      ((waited < 3600)) || { echo "no $image image(s) after an hour (see $logs/e2e.log)"; return 1; }
+      sleep 5
+      waited=$((waited + 5))
+    done
   done
   do_images
 }
