@@ -87,7 +87,7 @@ do_unit() {
   export PROMTOOL INSTINCT_TRAIN_PYTHON
   # node_tools/tests: the node tools package built into a wheel, installed with pip into throwaway
   # venvs (one over the training libraries above), and its console scripts run from there.
-  pytest tests/unit node_tools/tests || rc=$?
+  pytest --durations=25 tests/unit node_tools/tests || rc=$?
   [[ $rc -eq 0 ]] || { echo "unit tests failed (pytest exit $rc)"; return "$rc"; }
 }
 
