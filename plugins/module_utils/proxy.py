@@ -125,10 +125,7 @@ def check_proxy_url(name, value, host="this node"):
     runbook (the password never shown)."""
     if value is None or value == "":
         return ""
-    fix = (
-        f"Set {name} to a URL such as http://proxy.example.com:3128 (user:password@ allowed, with characters "
-        f"such as @ : / in them percent-encoded), or to '' for no proxy. See {RUNBOOK}."
-    )
+    fix = f"Set {name} to a URL such as http://proxy.example.com:3128, or to '' for no proxy. See {RUNBOOK}."
     if not isinstance(value, str):
         raise ValueError(f"{host}: {name} is {value!r}, not a URL. {fix}")
     shown = redact(value)
@@ -139,6 +136,14 @@ def check_proxy_url(name, value, host="this node"):
         _port = parts.port  # urlsplit checks the port only when asked for it
     except ValueError:
         raise ValueError(f"{host}: {name} is {shown!r}: its port is not a number from 0 to 65535. {fix}") from None
+    if parts.username or parts.password:
+        # Ansible hands a task's environment to the node on its command line (sh -c 'HTTP_PROXY=... python3'),
+        # which every local user sees in ps while apt and pip run, and sudo writes into the auth log.
+        raise ValueError(
+            f"{host}: {name} is {shown!r}: it holds a user or password, which would be on the nodes' command "
+            "lines (ps) and in sudo's log of every task that uses the proxy. Let the proxy admit the nodes by "
+            f"address (or use a proxy the nodes reach without credentials). {fix}"
+        )
     if parts.scheme.lower() not in SCHEMES or not parts.hostname:
         raise ValueError(
             f"{host}: {name} is {shown!r}: apt, pip and git need the scheme and the host "

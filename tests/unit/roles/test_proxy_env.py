@@ -235,9 +235,10 @@ SECRET_PROXY = "http://svc-build:s3cr%40t@proxy.example.com:3128"  # noqa: S105 
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the snippet is written owned by root")
-def test_the_apt_snippet_is_written_root_only_kept_and_removed(tmp_path):
+def test_the_apt_snippet_is_written_kept_and_removed(tmp_path):
     snippet = tmp_path / "80instinct-finetune-proxy"
-    settings = {"preflight_apt_proxy_file": str(snippet), "instinct_http_proxy": SECRET_PROXY,
+    proxy_url = "http://proxy.example.com:3128"
+    settings = {"preflight_apt_proxy_file": str(snippet), "instinct_http_proxy": proxy_url,
                 "instinct_no_proxy": [".corp.example.com", "apt-mirror.corp.example.com"]}  # fmt: skip
     # Check mode writes nothing.
     proc, out = run_play(tmp_path, APT_PLAY, settings, check=True)
@@ -247,11 +248,11 @@ def test_the_apt_snippet_is_written_root_only_kept_and_removed(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
     written = results(out)["Keep apt on the site's proxy (apt.conf.d)"]
     assert written["changed"] is True
-    assert "s3cr" not in json.dumps(written)  # no_log: the password is not in the task's result
-    assert stat.S_IMODE(snippet.stat().st_mode) == 0o600
+    # Readable by everyone (apt-cache as a user reads it): it holds no secret, credentials are refused.
+    assert stat.S_IMODE(snippet.stat().st_mode) == 0o644
     lines = snippet.read_text().splitlines()
-    assert f'Acquire::http::Proxy "{SECRET_PROXY}";' in lines
-    assert f'Acquire::https::Proxy "{SECRET_PROXY}";' in lines  # https follows http unless set
+    assert f'Acquire::http::Proxy "{proxy_url}";' in lines
+    assert f'Acquire::https::Proxy "{proxy_url}";' in lines  # https follows http unless set
     for host in ("apt-mirror.corp.example.com", "localhost", "node1", "127.0.0.1", "node2", "127.0.0.3"):
         assert f'Acquire::http::Proxy::{host} "DIRECT";' in lines
     # apt itself reads it: the proxy and an exception, as apt-config dumps them.
@@ -259,20 +260,27 @@ def test_the_apt_snippet_is_written_root_only_kept_and_removed(tmp_path):
         dump = subprocess.run(
             ["apt-config", "-c", str(snippet), "dump"], capture_output=True, text=True, check=True
         ).stdout
-        assert f'Acquire::http::Proxy "{SECRET_PROXY}";' in dump
+        assert f'Acquire::http::Proxy "{proxy_url}";' in dump
         assert 'Acquire::http::Proxy::apt-mirror.corp.example.com "DIRECT";' in dump
 
     proc, out = run_play(tmp_path, APT_PLAY, settings)
     assert results(out)["Keep apt on the site's proxy (apt.conf.d)"]["changed"] is False
 
-    # Without a password it is readable by everyone (apt-cache as a user reads it).
-    proc, out = run_play(tmp_path, APT_PLAY, dict(settings, instinct_http_proxy="http://proxy:3128"))
-    assert stat.S_IMODE(snippet.stat().st_mode) == 0o644
-
     proc, out = run_play(tmp_path, APT_PLAY, dict(settings, instinct_http_proxy=""))
     assert proc.returncode == 0 and not snippet.exists()
     removed = results(out)["Remove the apt proxy setting this collection wrote, now that no proxy is set"]
     assert removed["changed"] is True
+
+
+def test_a_proxy_url_with_a_password_stops_the_step_before_anything_is_written(tmp_path):
+    snippet = tmp_path / "80instinct-finetune-proxy"
+    proc, out = run_play(
+        tmp_path, APT_PLAY, {"preflight_apt_proxy_file": str(snippet), "instinct_http_proxy": SECRET_PROXY}
+    )
+    assert proc.returncode != 0 and not snippet.exists()
+    text = json.dumps(out)
+    assert "node1: instinct_http_proxy is" in text and "command lines (ps)" in text
+    assert "s3cr" not in text and "docs/runbooks/proxy.md" in text
 
 
 def test_a_proxy_url_without_a_scheme_stops_the_step_naming_host_and_runbook(tmp_path):

@@ -119,9 +119,17 @@ def test_a_refusal_never_shows_the_password():
     assert "hunter2" not in str(raised.value) and "svc-build:***@proxy:3128" in str(raised.value)
 
 
-def test_credentials_make_the_environment_a_secret_and_are_redacted_for_display():
-    assert proxy.is_secret(proxy.proxy_environment(SECRET, SECRET, [], NODES))
-    assert proxy.is_secret(proxy.proxy_environment(PROXY, "http://user@proxy:3128", [], NODES))
+@pytest.mark.parametrize("url", [SECRET, "http://user@proxy:3128"])
+def test_a_proxy_url_with_credentials_is_refused_since_the_task_environment_is_on_the_command_line(url):
+    with pytest.raises(ValueError) as raised:
+        proxy.proxy_environment(PROXY, url, [], NODES, host="node1")
+    message = str(raised.value)
+    assert message.startswith("node1: instinct_https_proxy is ") and "command lines (ps)" in message
+    assert "s3cr" not in message and "docs/runbooks/proxy.md" in message
+
+
+def test_credentials_make_an_environment_a_secret_and_are_redacted_for_display():
+    assert proxy.is_secret({"HTTP_PROXY": SECRET}) and proxy.is_secret({"HTTPS_PROXY": "http://user@proxy:3128"})
     assert not proxy.is_secret(proxy.proxy_environment(PROXY, PROXY, [], NODES))
     assert not proxy.is_secret({})
     assert proxy.redact(SECRET) == "http://svc-build:***@proxy.example.com:3128"
@@ -130,10 +138,11 @@ def test_credentials_make_the_environment_a_secret_and_are_redacted_for_display(
 
 
 def test_the_apt_snippet_sets_both_proxies_and_direct_exceptions_for_exact_hosts_only():
-    env = proxy.proxy_environment(PROXY, SECRET, [".corp.example.com", "apt-mirror.corp.example.com"], NODES)
+    tls = "http://tls-proxy.example.com:3129"
+    env = proxy.proxy_environment(PROXY, tls, [".corp.example.com", "apt-mirror.corp.example.com"], NODES)
     lines = proxy.apt_proxy_conf(env).splitlines()
     body = [line for line in lines if not line.startswith("//")]
-    assert body[:2] == [f'Acquire::http::Proxy "{PROXY}";', f'Acquire::https::Proxy "{SECRET}";']
+    assert body[:2] == [f'Acquire::http::Proxy "{PROXY}";', f'Acquire::https::Proxy "{tls}";']
     direct = body[2:]
     assert 'Acquire::http::Proxy::apt-mirror.corp.example.com "DIRECT";' in direct
     assert 'Acquire::https::Proxy::10.10.0.12 "DIRECT";' in direct
