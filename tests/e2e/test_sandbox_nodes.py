@@ -6,6 +6,7 @@ disturbing torch (llama_factory). These were molecule's smoke and stack scenario
 the same roles on the same image, so they are read here instead of being installed a second time.
 """
 
+import hashlib
 import json
 import os
 import subprocess
@@ -159,15 +160,23 @@ def test_the_other_nodes_fetched_the_wheel_from_the_builder_and_the_controller_n
         sent = [line for line in served if line.startswith(f"sent {Path(wheel).name} (") and to_peer in line]
         assert len(sent) == 1, served
     # No wheel a node builds or downloads (DeepSpeed's, LLaMA-Factory's dependency set) appeared on the
-    # controller. The one wheel the controller itself builds is the collection's own node tools (from
-    # its node_tools/ folder, which only the controller has), in the node_tools action's cache.
-    tools_cache = Path.home() / ".cache" / "instinct-finetune" / "node-tools"
+    # controller: no wheel file made since the run began has the content of one in the builder's wheel
+    # folder. By content, not name: make test's unit tests, in the lane beside this one, build wheels of
+    # their own (the node tools, stand-ins named like DeepSpeed's) in their temporary folders.
+    on_builder = node(builder, "sh", "-c", "find /opt/instinct/wheels -name '*.whl' -exec sha256sum {} +").stdout
+    node_wheels = {line.split()[0]: line.split()[1] for line in on_builder.splitlines()}
+    assert want in node_wheels and len(node_wheels) > 1, on_builder
     found = subprocess.run(
-        ["find", "/", "-xdev", "(", "-path", "/var/lib/docker", "-o", "-path", "/proc", "-o", "-path",
-         str(tools_cache), ")", "-prune", "-o", "-newer", str(converged.started_marker), "-name", "*.whl", "-print"],
+        ["find", "/", "-xdev", "(", "-path", "/var/lib/docker", "-o", "-path", "/proc", ")", "-prune", "-o",
+         "-newer", str(converged.started_marker), "-name", "*.whl", "-type", "f", "-print"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
-    assert found.stdout.split() == [], found.stdout
+    held = {
+        str(path): node_wheels[digest]
+        for path in map(Path, found.stdout.split())
+        if (digest := hashlib.sha256(path.read_bytes()).hexdigest()) in node_wheels
+    }
+    assert held == {}, held
 
 
 def mgmt(host):
