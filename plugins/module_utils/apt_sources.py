@@ -119,15 +119,19 @@ def is_amd(entry, base_url):
     return (entry["uri"] + "/").startswith(amd_prefixes(base_url))
 
 
-def keyring_candidates(entries, base_url, own_files):
-    """The keyrings that other files' entries for AMD's repositories name, first seen first."""
+def keyring_candidates(entries, base_url, own_files, keyring=None):
+    """The keyrings that entries for AMD's repositories name, first seen first: other files' first,
+    then the role's own files' (AMD's keyring adopted on an earlier run, whose lists the role has
+    replaced since, stays adopted: a later amdgpu-install writes lists naming it again). ``keyring``,
+    where the role puts the key itself, is not a candidate."""
     seen = []
-    for entry in entries:
-        path = entry["signed_by"]
-        if entry["file"] in own_files or not is_amd(entry, base_url) or not path or not path.startswith("/"):
-            continue
-        if path not in seen:
-            seen.append(path)
+    for own_pass in (False, True):
+        for entry in entries:
+            path = entry["signed_by"]
+            if (entry["file"] in own_files) != own_pass or not is_amd(entry, base_url):
+                continue
+            if path and path.startswith("/") and path != keyring and path not in seen:
+                seen.append(path)
     return seen
 
 
@@ -150,8 +154,10 @@ def plan(entries, settings, keyring_fingerprints):
     want = str(fingerprint or "").replace(" ", "").upper()
     own = set(settings.get("own_files") or [])
     keyring, adopted = settings["keyring"], False
-    for path in keyring_candidates(entries, base_url, own):
-        if want and want in [str(fp).upper() for fp in keyring_fingerprints.get(path) or []]:
+    for path in keyring_candidates(entries, base_url, own, settings["keyring"]):
+        # AMD's key alone: a keyring holding other keys as well would let them sign for AMD's origin,
+        # which the pin puts above the distribution.
+        if want and [str(fp).upper() for fp in keyring_fingerprints.get(path) or []] == [want]:
             keyring, adopted = path, True
             break
     by_file = {}

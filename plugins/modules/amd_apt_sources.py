@@ -159,7 +159,8 @@ def main():
     params = module.params
     entries = apt_sources.parse_files(read_sources(params["apt_dir"]))
     own = params["own_files"]
-    keyrings = {path: read_keyring(path) for path in apt_sources.keyring_candidates(entries, params["base_url"], own)}
+    candidates = apt_sources.keyring_candidates(entries, params["base_url"], own, params["keyring"])
+    keyrings = {path: read_keyring(path) for path in candidates}
     decided = apt_sources.plan(entries, params, keyrings)
     problem = apt_sources.conflict_problem(decided["conflicts"], decided["keyring"])
     module.exit_json(changed=False, entries=entries, keyrings=keyrings, problem=problem or None, **decided)

@@ -80,6 +80,19 @@ def test_a_keyring_with_another_key_is_not_used_and_the_files_are_still_replaced
     assert decided["keyring"] == OURS and decided["adopted"] is False
     assert decided["replace"] == [f"{D}/amdgpu.list", f"{D}/rocm.list"]
     assert decided["conflicts"] == []
+    # AMD's key beside another one: the other could sign for AMD's pinned origin.
+    decided = a.plan(amd_way(), opts(MANAGED_702, BASE, OWN, FPR, OURS), {AMD_KEYRING: [FPR, "0" * 40]})
+    assert decided["keyring"] == OURS and decided["adopted"] is False
+
+
+def test_the_adopted_keyring_stays_adopted_on_the_next_run_once_amds_lists_are_replaced():
+    first = a.plan(amd_way(), opts(MANAGED_702, BASE, OWN, FPR, OURS), {AMD_KEYRING: [FPR]})
+    # The second run reads what the first left: the role's own sources naming AMD's keyring, no lists.
+    written = OUR_SOURCES.replace(OURS, first["keyring"])
+    entries = a.parse_files({f"{D}/rocm.sources": written, "/etc/apt/sources.list": ""})
+    assert a.keyring_candidates(entries, BASE, OWN, OURS) == [AMD_KEYRING]
+    second = a.plan(entries, opts(MANAGED_702, BASE, OWN, FPR, OURS), {AMD_KEYRING: [FPR]})
+    assert second == {"keyring": AMD_KEYRING, "adopted": True, "replace": [], "conflicts": []}
 
 
 def test_amds_files_for_another_release_are_replaced_too():
