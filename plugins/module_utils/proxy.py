@@ -56,7 +56,19 @@ def split_no_proxy(value):
             f"instinct_no_proxy is {value!r}: give a list of host names, addresses, .domains or CIDRs "
             f"(or one comma-separated string). See {RUNBOOK}."
         )
-    return [item.strip() for item in items if item.strip()]
+    entries = [item.strip() for item in items if item.strip()]
+    for entry in entries:
+        # Each entry becomes an apt option name (Acquire::http::Proxy::ENTRY "DIRECT";): a quote, brace
+        # or semicolon there would break apt's configuration, and every apt call with it.
+        if not _NO_PROXY_ENTRY.match(entry):
+            raise ValueError(
+                f"instinct_no_proxy holds {entry!r}, which is not a host name, address, .domain, * or CIDR "
+                f"(letters, digits and . - _ * : / [ ] only). See {RUNBOOK}."
+            )
+    return entries
+
+
+_NO_PROXY_ENTRY = re.compile(r"^[A-Za-z0-9._*:/\[\]-]+$")
 
 
 def node_entries(nodes):

@@ -55,6 +55,15 @@ def test_a_no_proxy_that_is_neither_list_nor_string_is_refused_with_the_runbook(
         proxy.split_no_proxy(bad)
 
 
+@pytest.mark.parametrize("bad", ['mirror"; Acquire::x "y', "a{b}", "host;other", "back\\slash"])
+def test_a_no_proxy_entry_that_would_break_apts_configuration_is_refused(bad):
+    with pytest.raises(ValueError, match=r"instinct_no_proxy holds .*docs/runbooks/proxy.md"):
+        proxy.split_no_proxy([bad])
+    # What a no_proxy legitimately holds passes as it is.
+    kept = ["*", ".corp.example.com", "10.0.0.0/8", "[fd00::1]", "fd00::1", "mirror_1.example.com:8080"]
+    assert proxy.split_no_proxy(kept) == kept
+
+
 def test_no_proxy_set_means_an_empty_environment_so_the_nodes_own_stands():
     assert proxy.proxy_environment("", "", [".corp"], NODES) == {}
     assert proxy.proxy_environment(None, None, [], NODES) == {}
