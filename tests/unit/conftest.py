@@ -67,3 +67,20 @@ def fabric_step_playbook(task_file, what, hosts="all"):
     - name: {what}
       ansible.builtin.include_tasks: {ROOT}/roles/fabric/tasks/{task_file}
 """
+
+
+def run_local_play(playbook, extravars, check=False, bin_dir=None, env=None):
+    """``ansible-playbook`` of ``playbook`` (a path) on one local node named node1, with this venv's
+    Python, the checkout's collection and ``extravars``; ``bin_dir`` first on PATH (the stand-ins of
+    the hardware's and the system's tools), ``env`` added to the environment. Returns the process."""
+    extravars = {"ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
+                 **extravars}  # fmt: skip
+    path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}" if bin_dir else os.environ["PATH"]
+    run_env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+                   ANSIBLE_NOCOLOR="1", PATH=path, **(env or {}))  # fmt: skip
+    command = Path(sys.executable).parent / "ansible-playbook"
+    return subprocess.run(
+        [str(command) if command.exists() else "ansible-playbook", "-i", "node1,", str(playbook),
+         "-e", json.dumps(extravars), *(["--check"] if check else [])],
+        capture_output=True, text=True, env=run_env, check=False, cwd=ROOT, timeout=300,
+    )  # fmt: skip

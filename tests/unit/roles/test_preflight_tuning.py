@@ -5,15 +5,12 @@ run with preflight_apply_tuning: true changes nothing, so the settings are still
 This machine's own /proc/cmdline and numa_balancing are the state read; nothing on it is changed."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ansible_collections.instinct.finetune.plugins.module_utils.host_tuning import tuning_findings
-from tests.unit.conftest import COLLECTIONS, ROOT
+from tests.unit.conftest import run_local_play
 
 PLAYBOOK = """\
 - name: Run preflight's host tuning step
@@ -30,20 +27,8 @@ ARGS = ["iommu=pt", "pci=realloc=off"]
 
 def run_tuning(tmp_path, apply, check):
     (tmp_path / "play.yml").write_text(PLAYBOOK)
-    extravars = {
-        "ansible_connection": "local",
-        "ansible_become": False,
-        "ansible_python_interpreter": sys.executable,
-        "preflight_apply_tuning": apply,
-    }
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")  # fmt: skip
-    playbook = Path(sys.executable).parent / "ansible-playbook"
-    proc = subprocess.run(
-        [str(playbook) if playbook.exists() else "ansible-playbook", "-i", "node1,", str(tmp_path / "play.yml"),
-         "-e", json.dumps(extravars), *(["--check"] if check else [])],
-        capture_output=True, text=True, env=env, check=False, cwd=ROOT, timeout=300,
-    )  # fmt: skip
+    json_output = {"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json", "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1"}
+    proc = run_local_play(tmp_path / "play.yml", {"preflight_apply_tuning": apply}, check=check, env=json_output)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     out = json.loads(proc.stdout[proc.stdout.find("{") :])
     tasks = out["plays"][0]["tasks"]

@@ -4,13 +4,9 @@ ROCm than rocm_version: ROCm 7.1.0 with amdgpu 30.20 (versions of AMD's packages
 show them, molecule/resources/amd-repo/README.md). The whole role on such a node is molecule/rocm_negative's
 instinct-neg-amdway."""
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
-from tests.unit.conftest import COLLECTIONS, ROOT
+from tests.unit.conftest import ROOT, run_local_play
 
 INSTALLED = "rocm-core\t7.1.0.70100-20~22.04\tii \namdgpu-dkms\t1:6.16.6.30200000-2238411.22.04\tii \n"
 
@@ -40,22 +36,9 @@ def run_validate(tmp_path, installed=INSTALLED, check=False, **extravars):
     (bin_dir / "dpkg-query").write_text(f"#!/bin/sh\necho \"$*\" >> '{calls}'\nprintf '%s' '{installed}'\n")
     (bin_dir / "dpkg-query").chmod(0o755)
     (tmp_path / "play.yml").write_text(PLAYBOOK)
-    extravars = {
-        "ansible_become": False,
-        "ansible_connection": "local",
-        "ansible_python_interpreter": sys.executable,
-        # The local machine's release stands for a supported one (the suite check is not under test).
-        "ansible_facts": {"distribution": "Ubuntu", "distribution_release": "jammy"},
-        **extravars,
-    }
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               ANSIBLE_NOCOLOR="1", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")  # fmt: skip
-    playbook = Path(sys.executable).parent / "ansible-playbook"
-    proc = subprocess.run(
-        [str(playbook) if playbook.exists() else "ansible-playbook", "-i", "node1,", str(tmp_path / "play.yml"),
-         "-e", json.dumps(extravars), *(["--check"] if check else [])],
-        capture_output=True, text=True, env=env, check=False, cwd=ROOT, timeout=300,
-    )  # fmt: skip
+    # The local machine's release stands for a supported one (the suite check is not under test).
+    facts = {"ansible_facts": {"distribution": "Ubuntu", "distribution_release": "jammy"}}
+    proc = run_local_play(tmp_path / "play.yml", {**facts, **extravars}, check=check, bin_dir=bin_dir)
     asked = calls.read_text().splitlines() if calls.exists() else []
     return proc, " ".join(proc.stdout.split()), asked
 
@@ -127,15 +110,7 @@ def test_verify_stops_on_a_driver_that_is_not_the_running_one_and_reboots_nothin
     (bin_dir / "dkms").write_text(f'#!/bin/sh\n[ "$*" = "status amdgpu" ] || exit 9\ncat {recorded}\n')
     (bin_dir / "dkms").chmod(0o755)
     (tmp_path / "play.yml").write_text(EXISTING)
-    extravars = {"ansible_become": False, "ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               ANSIBLE_NOCOLOR="1", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")  # fmt: skip
-    playbook = Path(sys.executable).parent / "ansible-playbook"
-    proc = subprocess.run(
-        [str(playbook) if playbook.exists() else "ansible-playbook", "-i", "node1,", str(tmp_path / "play.yml"),
-         "-e", json.dumps(extravars), "--check"],
-        capture_output=True, text=True, env=env, check=False, cwd=ROOT, timeout=300,
-    )  # fmt: skip
+    proc = run_local_play(tmp_path / "play.yml", {}, check=True, bin_dir=bin_dir)
     out = " ".join(proc.stdout.split())
     assert proc.returncode != 0, out[-3000:]
     # The kernel of that recording is not this machine's: DKMS built nothing for the running kernel,

@@ -4,13 +4,7 @@ bus itself) and after preflight. The stand-in lspci (the boundary with the PCI b
 recording of an 8x MI300X node for 1002:74a1 (tests/fixtures/lspci/SOURCES.md) and prints nothing for
 the other Instinct ids, as lspci does; ROCm's own count is given as the rocminfo probe's fact."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-from tests.unit.conftest import COLLECTIONS, FIXTURES, ROOT
+from tests.unit.conftest import FIXTURES, ROOT, run_local_play
 
 RECORDED = FIXTURES / "lspci" / "mi300x-8gpu-d-1002-74a1-PP.txt"
 
@@ -40,21 +34,7 @@ def run_step(tmp_path, broken_lspci=False, check=False, **facts):
     (bin_dir / "lspci").write_text(f"#!/bin/sh\necho \"$*\" >> '{calls}'\n{body}\n")
     (bin_dir / "lspci").chmod(0o755)
     (tmp_path / "play.yml").write_text(PLAYBOOK)
-    extravars = {
-        "ansible_become": False,
-        "ansible_connection": "local",
-        "ansible_python_interpreter": sys.executable,
-        "rocm_gfx_archs": ["gfx942"],
-        **facts,
-    }
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               ANSIBLE_NOCOLOR="1", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")  # fmt: skip
-    playbook = Path(sys.executable).parent / "ansible-playbook"
-    proc = subprocess.run(
-        [str(playbook) if playbook.exists() else "ansible-playbook", "-i", "node1,", str(tmp_path / "play.yml"),
-         "-e", json.dumps(extravars), *(["--check"] if check else [])],
-        capture_output=True, text=True, env=env, check=False, cwd=ROOT, timeout=300,
-    )  # fmt: skip
+    proc = run_local_play(tmp_path / "play.yml", {"rocm_gfx_archs": ["gfx942"], **facts}, check=check, bin_dir=bin_dir)
     asked = calls.read_text().splitlines() if calls.exists() else []
     return proc, " ".join(proc.stdout.split()), asked
 
