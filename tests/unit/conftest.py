@@ -51,22 +51,26 @@ def run_module(module, args, extra=()):
     return proc.returncode, result
 
 
-def fabric_step_playbook(task_file, what, hosts="all"):
-    """A playbook that runs one task file of the fabric role with the role's variables (and common's),
-    not through include_role: the role's dependencies (the node tools install) would otherwise run on
-    the controller."""
+def role_step_playbook(role, task_file, what, hosts="all"):
+    """A playbook that runs one task file of ``role`` with the role's variables (and common's), not
+    through include_role: the role's dependencies (the node tools install) would otherwise run on the
+    controller."""
+    files = [ROOT / "roles" / name / kind / "main.yml" for name in ("common", role) for kind in ("defaults", "vars")]
+    listed = "".join(f"    - {path}\n" for path in files if path.exists())
     return f"""\
-- name: Run the fabric role's {task_file} step
+- name: Run the {role} role's {task_file} step
   hosts: {hosts}
   gather_facts: false
   vars_files:
-    - {ROOT}/roles/common/defaults/main.yml
-    - {ROOT}/roles/fabric/defaults/main.yml
-    - {ROOT}/roles/fabric/vars/main.yml
-  tasks:
+{listed}  tasks:
     - name: {what}
-      ansible.builtin.include_tasks: {ROOT}/roles/fabric/tasks/{task_file}
+      ansible.builtin.include_tasks: {ROOT}/roles/{role}/tasks/{task_file}
 """
+
+
+def fabric_step_playbook(task_file, what, hosts="all"):
+    """role_step_playbook of the fabric role."""
+    return role_step_playbook("fabric", task_file, what, hosts)
 
 
 def run_local_play(playbook, extravars, check=False, bin_dir=None, env=None):

@@ -6,27 +6,19 @@ instinct-neg-amdway."""
 
 import os
 
-from tests.unit.conftest import ROOT, run_local_play
+from tests.unit.conftest import ROOT, role_step_playbook, run_local_play
 
 INSTALLED = "rocm-core\t7.1.0.70100-20~22.04\tii \namdgpu-dkms\t1:6.16.6.30200000-2238411.22.04\tii \n"
 
-PLAYBOOK = f"""\
-- name: Run the rocm role's validate step
-  hosts: all
-  gather_facts: false
-  vars_files:
-    - {ROOT}/roles/common/defaults/main.yml
-    - {ROOT}/roles/common/vars/main.yml
-    - {ROOT}/roles/rocm/defaults/main.yml
-    - {ROOT}/roles/rocm/vars/main.yml
-  tasks:
-    - name: Validate the ROCm settings
-      ansible.builtin.include_tasks: {ROOT}/roles/rocm/tasks/validate.yml
+PLAYBOOK = (
+    role_step_playbook("rocm", "validate.yml", "Validate the ROCm settings")
+    + """
 
     - name: Show the release the role goes on with
       ansible.builtin.debug:
-        msg: "release={{{{ rocm_release_info.version }}}} amdgpu={{{{ rocm_release_info.amdgpu_folder }}}}"
+        msg: "release={{ rocm_release_info.version }} amdgpu={{ rocm_release_info.amdgpu_folder }}"
 """
+)
 
 
 def run_validate(tmp_path, installed=INSTALLED, check=False, **extravars):
@@ -88,18 +80,7 @@ def test_verify_refuses_a_node_without_rocm(tmp_path):
     assert "node1: rocm_manage is verify but no ROCm is installed (no rocm-core package)" in out
 
 
-EXISTING = f"""\
-- name: Run the rocm role's driver check of rocm_manage verify
-  hosts: all
-  gather_facts: false
-  vars_files:
-    - {ROOT}/roles/common/defaults/main.yml
-    - {ROOT}/roles/rocm/defaults/main.yml
-    - {ROOT}/roles/rocm/vars/main.yml
-  tasks:
-    - name: Check the driver of the ROCm the node has
-      ansible.builtin.include_tasks: {ROOT}/roles/rocm/tasks/existing.yml
-"""
+EXISTING = role_step_playbook("rocm", "existing.yml", "Check the driver of the ROCm the node has")
 
 
 def test_verify_stops_on_a_driver_that_is_not_the_running_one_and_reboots_nothing(tmp_path):

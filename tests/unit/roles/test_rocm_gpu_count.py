@@ -4,23 +4,11 @@ bus itself) and after preflight. The stand-in lspci (the boundary with the PCI b
 recording of an 8x MI300X node for 1002:74a1 (tests/fixtures/lspci/SOURCES.md) and prints nothing for
 the other Instinct ids, as lspci does; ROCm's own count is given as the rocminfo probe's fact."""
 
-from tests.unit.conftest import FIXTURES, ROOT, run_local_play
+from tests.unit.conftest import FIXTURES, role_step_playbook, run_local_play
 
 RECORDED = FIXTURES / "lspci" / "mi300x-8gpu-d-1002-74a1-PP.txt"
 
-PLAYBOOK = f"""\
-- name: Run the rocm role's GPU count step
-  hosts: all
-  gather_facts: false
-  vars_files:
-    - {ROOT}/roles/common/defaults/main.yml
-    - {ROOT}/roles/common/vars/main.yml
-    - {ROOT}/roles/rocm/defaults/main.yml
-    - {ROOT}/roles/rocm/vars/main.yml
-  tasks:
-    - name: Compare the GPU count with the PCI bus and the expected count
-      ansible.builtin.include_tasks: {ROOT}/roles/rocm/tasks/gpu-count.yml
-"""
+PLAYBOOK = role_step_playbook("rocm", "gpu-count.yml", "Compare the GPU count with the PCI bus and the expected count")
 
 
 def run_step(tmp_path, broken_lspci=False, check=False, **facts):
