@@ -172,3 +172,17 @@ def test_the_role_copies_no_file_that_may_hold_a_secret():
 def test_the_filter_is_the_builder():
     built = FilterModule().filters()["finetune_manifest"]("j", read())
     assert built == postmortem.manifest("j", read())
+
+
+def test_every_file_a_node_gives_the_controller_is_read_as_the_training_account():
+    """The job's output folder and the log folder's parent are the training account's: a link it puts
+    there (all_results.json -> /etc/shadow) must not be followed by root on its way to the controller."""
+    tasks = yaml.safe_load((ROOT / "roles" / "finetune" / "tasks" / "collect.yml").read_text())
+    reads = [
+        task
+        for task in tasks
+        if {"ansible.builtin.fetch", "ansible.builtin.slurp"} & set(task) and task.get("delegate_to") != "localhost"
+    ]
+    assert len(reads) >= 4, [task["name"] for task in reads]
+    as_root = [task["name"] for task in reads if task.get("become_user") != "{{ instinct_user }}"]
+    assert as_root == []
