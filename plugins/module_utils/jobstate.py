@@ -183,8 +183,10 @@ def plan_launch(statuses, ranks, wanted=""):
 
 
 def round_summary(statuses, ranks):
-    """After a watch round: which ranks failed, which still run, and one progress line per node."""
-    failed = [host for host in ranks if statuses[host]["state"] in ("failed", "absent")]
+    """After a watch round: which ranks failed, which still run, and one progress line per node.
+
+    A ``lost`` rank (its node stopped answering the watch, see ``watch_entry``) counts as failed."""
+    failed = [host for host in ranks if statuses[host]["state"] in ("failed", "absent", "lost")]
     # The rank that ended first is the cause; the others mostly died of losing it.
     failed.sort(key=lambda host: _ended_at(statuses[host]))
     running = [host for host in ranks if statuses[host]["state"] == "running"]
@@ -305,6 +307,87 @@ def watch_round(board, ranks, stall_seconds=0):
         }
     summary["stall"] = stall
     return summary
+
+
+# --- Watching every rank from one task (issue 31) -----------------------------------------------
+
+# What the watch keeps of a rank's read each round: all that a round's decision needs.
+REPORT_KEYS = ("state", "progress", "exit", "idle_seconds", "frozen")
+
+
+def read_failure(read):
+    """Why a read of a rank gave no report: ``unreachable`` (no connection to its node), ``failed``
+    (the module failed on it), or "" when it gave one."""
+    if read.get("unreachable"):
+        return "unreachable"
+    if read.get("failed"):
+        return "failed"
+    return ""
+
+
+def watch_entry(previous, read, now, since, lost_after):
+    """A rank's entry on the watch's board after this round's read of it, on the controller's clock.
+
+    A good read replaces the rank's report. A read that failed keeps the last report and says why
+    (``error``), so that a node that misses a round is not taken for a dead rank. A rank without a
+    good read for more than ``lost_after`` seconds (since its last one, or since the watch began at
+    ``since``) is ``lost``: the job cannot go on without it, as with a rank that died, and its last
+    report's progress stays for the progress line. A good read later gives its real state again.
+    """
+    why = read_failure(read)
+    if not why:
+        return {"report": {key: read.get(key) for key in REPORT_KEYS}, "seen": now, "error": ""}
+    previous = previous or {"report": None, "seen": since}
+    report = previous["report"]
+    if now - previous["seen"] > lost_after:
+        report = dict(report or {}, state="lost")
+    return {"report": report, "seen": previous["seen"], "error": f"{why}: {read.get('msg') or 'no answer'}"}
+
+
+def first_read_failure(board, reads, ranks):
+    """The first rank (rank order) whose module failed before any read of it succeeded, as
+    (host, message); None when there is none. A module that fails on a node the watch never read is a
+    setting or install fault, not a lost node, and waiting would only end in stopping the job."""
+    for host in ranks:
+        read = reads.get(host) or {}
+        if read_failure(read) == "failed" and not (board.get(host) or {}).get("report"):
+            return host, read.get("msg") or "no message"
+    return None
+
+
+def watch_waiter(ranks, board):
+    """The rank whose read waits out the round (finetune_job_status's ``wait_seconds``, which returns
+    as soon as that rank ends): the first in rank order that runs and answered its last read; the
+    master before the first round. None when no running rank answers: the round sleeps instead, so
+    that rounds keep their interval while the nodes that run do not answer."""
+    if not board:
+        return ranks[0] if ranks else None
+    for host in ranks:
+        entry = board.get(host) or {}
+        if not entry.get("error") and (entry.get("report") or {}).get("state") == "running":
+            return host
+    return None
+
+
+def watch_decision(board, ranks, stall_seconds, stall=None):
+    """One watch round over every rank's board entry (``watch_entry``): ``watch_round`` of their
+    reports, with ``stall`` the stall of an earlier round (once seen it holds: the ranks stopped for it
+    then read as failed), ``stop`` the running ranks to stop now (on a stall or a failed or lost rank:
+    the others would wait in their next collective until ``ddp_timeout``; a rank that did not answer
+    is stopped once it answers, or counts as lost), ``over`` whether no rank runs any more, and one
+    line per rank, naming why a rank was not read this round."""
+    reports = {host: entry["report"] for host, entry in board.items() if entry.get("report")}
+    summary = watch_round(reports, ranks, stall_seconds)
+    stall = stall or summary["stall"]
+    errors = {host: (board.get(host) or {}).get("error") for host in ranks}
+    stop = []
+    if stall or summary["failed"]:
+        stop = [host for host in summary["running"] if not errors[host]]
+    lines = [
+        line + (f" (not read this round: {errors[host]})" if errors[host] else "")
+        for host, line in zip(ranks, summary["lines"])
+    ]
+    return dict(summary, stall=stall, stop=stop, over=not summary["running"], lines=lines)
 
 
 def stall_message(stall, job, stall_seconds, now_text=""):

@@ -8,12 +8,16 @@ import time
 from pathlib import Path
 
 from ansible_collections.instinct.finetune.plugins.module_utils.jobstate import (
+    first_read_failure,
     idle_seconds,
     parse_rank_progress,
     process_state,
     running_job_names,
     stall_message,
+    watch_decision,
+    watch_entry,
     watch_round,
+    watch_waiter,
 )
 from instinct_node_tools import progress as instinct_progress
 
@@ -128,3 +132,108 @@ def test_running_job_names_keep_the_units_systemd_still_holds():
     }
     assert running_job_names(units) == ["dying", "sft-7b"]
     assert running_job_names({}) == []
+
+
+# --- One task watching every rank (issue 31) ------------------------------------------------------
+
+THREE = ["node1", "node2", "node3"]
+
+
+def read(state="running", idle=5.0, step=12):
+    """What finetune_job_status returns for a rank, with the keys the board does not keep."""
+    return {"changed": False, "state": state, "progress": {"current_steps": step, "total_steps": 40},
+            "exit": None if state == "running" else {"result": "success", "code": "exited", "status": "0"},
+            "idle_seconds": idle if state == "running" else None, "frozen": [], "log_tail": ["x"]}  # fmt: skip
+
+
+UNREACHABLE = {"unreachable": True, "msg": "Failed to connect to the host via ssh: Connection timed out"}
+
+
+def board_of(reads, now=1000.0, since=1000.0, lost_after=300, board=None):
+    board = dict(board or {})
+    for host, got in reads.items():
+        board[host] = watch_entry(board.get(host), got, now, since, lost_after)
+    return board
+
+
+def test_a_good_read_is_kept_as_the_report_the_round_needs():
+    entry = watch_entry(None, read(), 1000.0, 900.0, 300)
+    assert entry == {"report": {"state": "running", "progress": {"current_steps": 12, "total_steps": 40}, "exit": None,
+                                "idle_seconds": 5.0, "frozen": []},
+                     "seen": 1000.0, "error": ""}  # fmt: skip
+
+
+def test_a_missed_read_keeps_the_last_report_until_the_rank_is_lost():
+    seen = watch_entry(None, read(), 1000.0, 900.0, 300)
+    missed = watch_entry(seen, UNREACHABLE, 1200.0, 900.0, 300)
+    assert missed["report"]["state"] == "running" and missed["seen"] == 1000.0
+    assert missed["error"].startswith("unreachable: Failed to connect")
+    lost = watch_entry(missed, UNREACHABLE, 1301.0, 900.0, 300)
+    assert lost["report"]["state"] == "lost"
+    assert lost["report"]["progress"]["current_steps"] == 12  # the progress line keeps its last step
+    # Back before the job ended: its real state again.
+    assert watch_entry(lost, read(), 1400.0, 900.0, 300) == watch_entry(None, read(), 1400.0, 900.0, 300)
+
+
+def test_a_node_never_read_is_lost_counted_from_the_start_of_the_watch():
+    assert watch_entry(None, UNREACHABLE, 1200.0, 1000.0, 300)["report"] is None
+    assert watch_entry(None, UNREACHABLE, 1301.0, 1000.0, 300)["report"] == {"state": "lost"}
+
+
+def test_a_lost_rank_stops_every_rank_that_runs_and_answers():
+    lost = {"report": {"state": "lost"}, "seen": 600.0, "error": "unreachable: timed out"}
+    board = dict(board_of({"node1": read(), "node2": read()}), node3=lost)
+    decision = watch_decision(board, THREE, stall_seconds=1800)
+    assert decision["failed"] == ["node3"]
+    assert decision["stop"] == ["node1", "node2"] and decision["over"] is False
+    assert decision["lines"][2] == "rank 2 node3: lost, no step logged yet (not read this round: unreachable: timed out)"
+
+
+def test_a_running_rank_that_did_not_answer_is_not_stopped_and_keeps_the_watch_going():
+    board = board_of({"node1": read("failed"), "node2": read()})
+    board = board_of({"node3": read()}, board=board)
+    board = board_of({"node3": UNREACHABLE}, now=1100.0, board=board)
+    decision = watch_decision(board, THREE, 1800)
+    assert decision["failed"] == ["node1"]
+    assert decision["stop"] == ["node2"]  # node3 is stopped once it answers, or counts as lost
+    assert decision["running"] == ["node2", "node3"] and decision["over"] is False
+
+
+def test_a_failed_rank_stops_the_others_and_the_watch_ends_once_none_runs():
+    decision = watch_decision(board_of({"node1": read(), "node2": read("failed"), "node3": read()}), THREE, 1800)
+    assert decision["stop"] == ["node1", "node3"] and decision["over"] is False
+    ended = watch_decision(board_of({h: read("failed") for h in THREE}), THREE, 1800)
+    assert ended["stop"] == [] and ended["over"] is True
+
+
+def test_a_job_that_ends_on_every_node_is_over_without_a_stop():
+    decision = watch_decision(board_of({h: read("succeeded") for h in THREE}), THREE, 1800)
+    assert decision == dict(decision, failed=[], stop=[], over=True, stall=None)
+
+
+def test_a_stall_stops_every_rank_and_holds_once_they_ended():
+    stalled = watch_decision(board_of({h: read(idle=1900.0) for h in THREE}), THREE, 1800)
+    assert stalled["stall"]["suspects"] == THREE and stalled["stop"] == THREE
+    # The next round reads the stopped ranks as failed: the stall is still what ended the job.
+    after = watch_decision(board_of({h: read("failed") for h in THREE}), THREE, 1800, stalled["stall"])
+    assert after["stall"] == stalled["stall"] and after["over"] is True
+
+
+def test_the_waiter_is_the_first_running_rank_that_answered():
+    assert watch_waiter(THREE, {}) == "node1"  # the first round: the master
+    board = board_of({"node1": read("succeeded"), "node2": read(), "node3": read()})
+    assert watch_waiter(THREE, board) == "node2"
+    board = board_of({"node2": UNREACHABLE}, now=1100.0, board=board)
+    assert watch_waiter(THREE, board) == "node3"
+    board = board_of({"node3": UNREACHABLE}, now=1100.0, board=board)
+    assert watch_waiter(THREE, board) is None  # no running rank answers: the round sleeps instead
+
+
+def test_a_module_that_fails_on_a_node_never_read_fails_the_watch_at_once():
+    failed = {"failed": True, "msg": "systemctl show instinct-finetune-sft.service failed: Access denied"}
+    reads = {"node1": read(), "node2": failed, "node3": UNREACHABLE}
+    assert first_read_failure({}, reads, THREE) == ("node2", failed["msg"])
+    # Once read, a failed read is a missed round (kept until the rank is lost), as an unreachable node is.
+    board = board_of({h: read() for h in THREE})
+    assert first_read_failure(board, reads, THREE) is None
+    assert first_read_failure({}, {"node1": read(), "node2": UNREACHABLE, "node3": read()}, THREE) is None
