@@ -384,8 +384,8 @@ def watch_decision(board, ranks, stall_seconds, stall=None):
     if stall or summary["failed"]:
         stop = [host for host in summary["running"] if not errors[host]]
     lines = [
-        line + (f" (not read this round: {errors[host]})" if errors[host] else "")
-        for host, line in zip(ranks, summary["lines"])
+        line + (f" (not read this round: {errors[ranks[rank]]})" if errors[ranks[rank]] else "")
+        for rank, line in enumerate(summary["lines"])
     ]
     return dict(summary, stall=stall, stop=stop, over=not summary["running"], lines=lines)
 

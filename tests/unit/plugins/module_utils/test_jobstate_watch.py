@@ -186,7 +186,8 @@ def test_a_lost_rank_stops_every_rank_that_runs_and_answers():
     decision = watch_decision(board, THREE, stall_seconds=1800)
     assert decision["failed"] == ["node3"]
     assert decision["stop"] == ["node1", "node2"] and decision["over"] is False
-    assert decision["lines"][2] == "rank 2 node3: lost, no step logged yet (not read this round: unreachable: timed out)"
+    line = "rank 2 node3: lost, no step logged yet (not read this round: unreachable: timed out)"
+    assert decision["lines"][2] == line
 
 
 def test_a_running_rank_that_did_not_answer_is_not_stopped_and_keeps_the_watch_going():
