@@ -13,8 +13,8 @@ def finetune_plan(hostvars, ranks, status_var="finetune_status_raw", wanted=""):
     return jobstate.plan_launch({host: hostvars[host][status_var] for host in ranks}, ranks, wanted)
 
 
-def finetune_round(hostvars, ranks, status_var="finetune_watch"):
-    """jobstate.round_summary over the status each rank registered in the last watch round."""
+def finetune_round(hostvars, ranks, status_var="finetune_final"):
+    """jobstate.round_summary over the finetune_job_status result each rank registered."""
     return jobstate.round_summary({host: hostvars[host][status_var] for host in ranks}, ranks)
 
 

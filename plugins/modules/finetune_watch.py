@@ -16,42 +16,47 @@ short_description: Follow a running fine-tune job on every node until it ends, s
 version_added: 0.1.0
 author: instinct.finetune maintainers (@instinct-finetune)
 description:
-  - Runs on the controller (an action plugin) in one task per node, for the job's whole life. Each
-    round it reads the node's part of the job with M(instinct.finetune.finetune_job_status), waiting
-    up to O(interval), posts that report where the other nodes' tasks of the same run read it (a
-    folder in Ansible's local temporary folder of the run), and decides from every node's latest
-    report.
-  - The master node prints one progress line per rank each round.
-  - When a rank has died, every node still training stops its own unit, because the others would
-    wait in their next collective until C(ddp_timeout).
+  - Runs on the controller (an action plugin) in one task, run once (C(run_once)), for the job's whole
+    life; one Ansible worker watches a job of any node count.
+  - It reaches each rank's node as a task delegated to that node would, over the node's own
+    connection (its C(ansible_connection), address, user, port and other connection variables), with
+    its own become settings and its own C(ansible_python_interpreter), from the node's variables in
+    the play. Each connection is made once and reused every round.
+  - Each round it reads one running rank with M(instinct.finetune.finetune_job_status), waiting up to
+    O(interval) (the round ends early when that rank ends), then every other rank without waiting,
+    at most C(forks) at a time. It prints one progress line per rank each round.
+  - When a rank has died, every rank still training is stopped, because the others would wait in
+    their next collective until C(ddp_timeout).
+  - A node that does not answer a read keeps its last report (its line says why it was not read);
+    one not read for three intervals plus two minutes is lost, and counts as a rank that died. A
+    node whose module fails before the watch ever read it fails the watch at once (a setting or
+    install fault), and nothing is stopped.
   - When every rank runs but none took an optimizer step for O(stall_minutes), the job is stalled
-    (a hung rank, a wedged collective); every node stops its unit and the result names the stall,
-    the last step, its time and the suspect nodes (those with a process stopped by a signal, else
-    those idle longest).
+    (a hung rank, a wedged collective); every rank is stopped and the result names the stall, the
+    last step, its time and the suspect nodes (those with a process stopped by a signal, else those
+    idle longest).
   - A loop inside one task, so the play keeps a constant depth and the controller a constant memory
     however many rounds the job takes.
-  - Needs one Ansible worker per node (C(forks) at least the number of nodes), since every node's
-    task runs for as long as the job.
 options:
   job:
     description: The job's name, for the messages.
     type: str
     required: true
   ranks:
-    description: The job's nodes in rank order; the first is the master, which prints the progress.
+    description: The job's nodes in rank order (inventory hosts); the first is the master.
     type: list
     elements: str
     required: true
-  unit:
-    description: The job's systemd unit on this node, stopped when another rank died or the job stalled.
-    type: str
-    required: true
   status:
-    description: The options of M(instinct.finetune.finetune_job_status) for this node's part of the job.
+    description:
+      - The options of M(instinct.finetune.finetune_job_status) for each rank, by host; each rank's
+        C(unit) is the one stopped when another rank died or the job stalled.
+      - Every rank of O(ranks) needs an entry. Each node's own settings reach a task run once
+        through C(hostvars) as facts (see the example).
     type: dict
     required: true
   interval:
-    description: Seconds between progress lines; a round ends early when the node's rank ends.
+    description: Seconds between progress lines; a round ends early when the rank it waits on ends.
     type: int
     default: 60
   timeout:
@@ -68,38 +73,37 @@ attributes:
     description: Not run in check mode; the finetune role skips the watch there.
   diff_mode:
     support: none
-    description: Returns no diff; it reports C(changed) when it stopped the node's unit.
+    description: Returns no diff; it reports C(changed) when it stopped a rank's unit.
 seealso:
   - module: instinct.finetune.finetune_job_status
 """
 
 EXAMPLES = r"""
-- name: Watch the job until it ends
-  instinct.finetune.finetune_watch:
-    job: tiny-sft
-    ranks: "{{ ansible_play_hosts_all }}"
-    unit: instinct-finetune-tiny-sft.service
-    status:
+- name: Record where the watch reads each node's part of the job
+  ansible.builtin.set_fact:
+    watch_status:
       unit: instinct-finetune-tiny-sft.service
       exit_file: /var/lib/instinct-finetune/jobs/tiny-sft/exit-status
       fingerprint_file: /var/lib/instinct-finetune/jobs/tiny-sft/fingerprint
       output_dir: /var/lib/instinct-finetune/jobs/tiny-sft/output
       log_path: /var/log/instinct-finetune/tiny-sft/train.log
       metrics_dir: /var/lib/instinct-finetune/jobs/tiny-sft/metrics
+
+- name: Watch the job until it ends
+  instinct.finetune.finetune_watch:
+    job: tiny-sft
+    ranks: "{{ groups['nodes'] }}"
+    status: "{{ dict(groups['nodes'] | zip(groups['nodes'] | map('extract', hostvars, 'watch_status'))) }}"
     interval: 60
     timeout: 259200
     stall_minutes: 30
+  run_once: true
   register: watched
 """
 
 RETURN = r"""
-state:
-  description: This node's state when the watch ended, as M(instinct.finetune.finetune_job_status) returns it.
-  returned: always
-  type: str
-  sample: succeeded
 rounds:
-  description: How many rounds this node's task took.
+  description: How many rounds the watch took.
   returned: always
   type: int
   sample: 240
@@ -109,7 +113,7 @@ lines:
   type: list
   elements: str
 first_failed:
-  description: The nodes whose rank had failed when it was first seen, the first to end first.
+  description: The ranks that had failed or were lost when a failure was first seen, the first to end first.
   returned: always
   type: list
   elements: str
@@ -122,7 +126,15 @@ stall_message:
   returned: always
   type: str
 timed_out:
-  description: Whether the watch gave up with the rank still running.
+  description: Whether the watch gave up with a rank still running.
   returned: always
   type: bool
+by_host:
+  description:
+    - Each rank's last read, by host, as M(instinct.finetune.finetune_job_status) returned it, with
+      C(state) as the watch last saw it (C(lost) for a node not read for the stale window, C(starting)
+      for one never read) and C(read_error), why its last read failed (empty when it did not).
+  returned: always
+  type: dict
+  sample: {"node1": {"state": "succeeded", "progress": {"current_steps": 40, "total_steps": 40}, "read_error": ""}}
 """
