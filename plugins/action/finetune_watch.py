@@ -230,13 +230,13 @@ class ActionModule(ActionBase):
             }
         )
         job, ranks, status = args["job"], args["ranks"], args["status"]
-        missing = [host for host in ranks if not isinstance(status.get(host), dict)]
+        missing = [host for host in ranks if not isinstance(status.get(host), dict) or not status[host].get("unit")]
         if not ranks or missing:
             result.update(failed=True, msg=(
                 f"{task_vars['inventory_hostname']}: watching job {job} needs the status options of every rank: "
                 f"{'no ranks given' if not ranks else 'none for ' + ', '.join(missing)} (status has "
                 f"{', '.join(sorted(status)) or 'none'}). Give status as a mapping of each rank's host to its "
-                f"finetune_job_status options. See {RUNBOOK}"))  # fmt: skip
+                f"finetune_job_status options, unit included. See {RUNBOOK}"))  # fmt: skip
             return result
         passwords = self._passwords(task_vars)
         opened = {}
@@ -313,12 +313,12 @@ class ActionModule(ActionBase):
                 # A rank that died, was lost or hung leaves the others waiting in their next collective.
                 stops = each(round_["stop"], lambda host: opened[host].call(
                     STOP_MODULE, {"name": status[host]["unit"], "state": "stopped"}))  # fmt: skip
+                stopped = stopped or any(stop.get("changed") for stop in stops.values())
                 for host, stop in stops.items():
                     if stop.get("failed"):
-                        return {"failed": True, "msg": (
+                        return {"failed": True, "changed": stopped, "msg": (
                             f"{host}: stopping {status[host]['unit']} of job {job} failed: {stop.get('msg')}. Stop "
                             f"it by hand (systemctl stop {status[host]['unit']}). See {RUNBOOK}")}  # fmt: skip
-                    stopped = stopped or bool(stop.get("changed"))
                 # Not over: the next round reads the stopped ranks, at once since they ended.
             if round_["over"] or time.monotonic() >= deadline:
                 break

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.conftest import COLLECTIONS, ROOT
+from tests.unit.conftest import COLLECTIONS, ROOT, run_module
 
 PROBE = Path(__file__).parent / "watch_probe"
 HOSTS = ["node1", "node2", "node3", "node4"]
@@ -115,3 +115,12 @@ def test_each_node_keeps_its_own_settings_and_none_of_another_nodes(compared):
     assert node1["options"]["timeout"] == 17 and node1["options"]["private_key_file"] == "/keys/id_ed25519"
     assert node4["connection"].endswith("community.docker.plugins.connection.docker")
     assert node4["options"]["remote_addr"] == "node4" and node4["options"]["docker_extra_args"] == "--tls"
+
+
+def test_a_rank_without_status_options_is_refused_naming_it_and_the_runbook():
+    args = {"job": "sft", "ranks": ["localhost"], "status": {"node9": {"unit": "x.service"}}, "timeout": 10}
+    rc, result = run_module("finetune_watch", json.dumps(args))
+    assert rc != 0 and result["failed"]
+    assert result["msg"].startswith("localhost: watching job sft needs the status options of every rank: none for "
+                                    "localhost (status has node9)")  # fmt: skip
+    assert "docs/runbooks/finetune-job.md" in result["msg"]
