@@ -518,6 +518,28 @@ def _rocm(raw, settings):
     }
 
 
+def _preflight(raw):
+    """Preflight's record on the node (``{"problems": [{check, value, fix, runbook}]}``, written by its
+    last run): the problems, and each as "check: value" for the rule's detail. A node no preflight has
+    checked has no record and no problem; a record that is not such JSON is said to be unreadable."""
+    text = raw.get("record")
+    problems, unreadable = [], False
+    if text is not None:
+        try:
+            problems = json.loads(text).get("problems")
+        except (ValueError, AttributeError):
+            problems = None
+        if not isinstance(problems, list) or not all(isinstance(p, dict) for p in problems):
+            problems, unreadable = [], True
+    return {
+        "recorded": text is not None,
+        "unreadable": unreadable,
+        "since": raw.get("mtime"),
+        "problems": problems,
+        "checks": [f"{p.get('check')}: {' '.join(str(p.get('value')).split())}" for p in problems],
+    }
+
+
 def no_proxy_covers(no_proxy, host):
     """Whether a no_proxy value (comma or space separated) keeps ``host`` off the proxy as curl, pip and
     apt's environment readers match it: ``*``, the host itself, a domain suffix (``.example.com`` or
@@ -594,6 +616,7 @@ def node_facts(raw, probes, settings):
         "tuning": lambda r: _tuning(r, settings),
         "rocm": lambda r: _rocm(r, settings),
         "proxy": lambda r: _proxy(r, settings),
+        "preflight": _preflight,
     }
     errors = {}
     for name, build in sections.items():

@@ -43,6 +43,7 @@ SECTIONS = (
     "tuning",
     "rocm",
     "proxy",
+    "preflight",
 )
 # amdgpu kernel messages that mean a GPU or its memory is failing: failed probes and init, driver
 # errors, uncorrectable RAS errors, resets, ring timeouts, page faults. Healthy boot lines such as
@@ -411,6 +412,17 @@ def section_rocm(settings):
         "packages": query["stdout"] if query and query["rc"] in (0, 1) else None,
         "info_version": read(os.path.join(settings["rocm_path"], ".info", "version")),
     }
+
+
+def section_preflight(settings):
+    """Preflight's record of the problems it found on the node at its last run (the preflight role's
+    report.yml writes it, JSON), and when it last changed: the text as it is, judged on the controller."""
+    path = settings["preflight_record"]
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        mtime = None
+    return {"record": read(path), "mtime": mtime}
 
 
 # apt's resolved configuration: 'Acquire::http::Proxy "http://proxy:3128";' (every file, block syntax

@@ -262,3 +262,12 @@ def test_the_installed_script_reads_the_repositories_rocm_and_proxy_sections(nod
     assert all("error" not in out[name] for name in ("repositories", "rocm", "proxy")), out
     assert isinstance(out["repositories"]["apt_entries"], list) and out["proxy"]["apt_file"] is False
     assert out["rocm"]["info_version"] is None
+
+
+def test_preflights_record_is_read_as_it_is_with_its_time(tmp_path):
+    record = tmp_path / "instinct_preflight.fact"
+    assert gather.section_preflight({"preflight_record": str(record)}) == {"record": None, "mtime": None}
+    record.write_text('{\n  "problems": []\n}\n')
+    os.utime(record, (1_800_000_000, 1_800_000_000))
+    found = gather.section_preflight({"preflight_record": str(record)})
+    assert found == {"record": '{\n  "problems": []\n}\n', "mtime": 1_800_000_000.0}

@@ -1,6 +1,7 @@
 """diagnose: the facts built from what a node's checks collected, and the rules (rules.yml)
 evaluated on them with jmespath (what community.general.json_query runs), on real recordings."""
 
+import json
 from pathlib import Path
 
 import jinja2
@@ -728,3 +729,38 @@ def test_a_node_proxy_whose_no_proxy_lacks_the_nodes_is_a_warning():
 )
 def test_no_proxy_matching(no_proxy, host, covered):
     assert diagnose.no_proxy_covers(no_proxy, host) is covered
+
+
+PREFLIGHT_MEMORY = {
+    "check": "memory",
+    "value": "7.6 GB, below\npreflight_min_memory_gb=64",
+    "fix": "Add memory",
+    "runbook": "oom-fragmentation.md",
+}
+
+
+@pytest.mark.parametrize(
+    ("record", "found", "detail"),
+    [
+        (None, [], None),  # no preflight ever ran on the node
+        ('{"problems": []}', [], None),  # its last one passed
+        (
+            json.dumps({"problems": [PREFLIGHT_MEMORY]}),
+            ["preflight.md"],
+            "memory: 7.6 GB, below preflight_min_memory_gb=64",
+        ),
+        ("problems: memory", ["preflight.md"], "the record is not the JSON preflight writes"),
+        ('{"problems": ["memory"]}', ["preflight.md"], "the record is not the JSON preflight writes"),
+    ],
+    ids=["no-record", "passed", "problems", "not-json", "not-problems"],
+)
+def test_a_node_whose_last_preflight_found_problems_names_the_preflight_page(record, found, detail):
+    """preflight's record (the preflight role's report.yml; tests/unit/roles/test_preflight_problems.py
+    reads one the role wrote): a problem, or a record that cannot be read, applies preflight.md."""
+    raw = healthy_raw(preflight={"record": record, "mtime": 1_800_000_000.0 if record else None})
+    names, facts, details = runbooks(raw)
+    assert names == found
+    assert facts["preflight"]["recorded"] is (record is not None)
+    assert [d["detail"] for d in details] == ([detail] if detail else [])
+    # Not collected (--tags without preflight): the rule does not apply.
+    assert runbooks(healthy_raw())[0] == []
