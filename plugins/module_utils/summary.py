@@ -91,8 +91,9 @@ def _fact(hostvars, name):
     return (hostvars.get("ansible_facts") or {}).get(name)
 
 
-def node_rows(hostvars, hosts):
-    """One row (a list of cells, '-' where a stage did not run) per host, in inventory order."""
+def node_rows(hostvars, hosts, left_out=None):
+    """One row (a list of cells, '-' where a stage did not run) per host, in inventory order. With
+    ``left_out`` ({host: why}, left_out_nodes) one more cell, the "left out" column: why, or '-'."""
     rows = []
     for host in hosts:
         variables = dict(hostvars[host])
@@ -101,8 +102,44 @@ def node_rows(hostvars, hosts):
         for _title, read in COLUMNS:
             value = read(variables)
             row.append("-" if value in (None, "") else str(value))
+        if left_out:
+            row.append(left_out.get(host) or "-")
         rows.append(row)
     return rows
+
+
+def headers(left_out=None):
+    """The columns' titles; "left out" last only where a node was left out (left_out_nodes)."""
+    return [title for title, _read in COLUMNS] + (["left out"] if left_out else [])
+
+
+def left_out_nodes(hostvars, hosts, remaining):
+    """``{host: why}`` for the hosts of ``hosts`` (a play's hosts) that are not in ``remaining`` (the
+    play's hosts less those an earlier play of the run failed: instinct_exclude_failed_nodes leaves the
+    nodes that failed preflight out). Why: the checks preflight's record on the host names, or an
+    earlier stage."""
+    why = {}
+    for host in hosts:
+        if host in remaining:
+            continue
+        recorded = (hostvars.get(host) or {}).get("preflight_problems")
+        checks = []
+        for problem in recorded if isinstance(recorded, list) else []:
+            check = " ".join(str(problem.get("check") or "?").split()) if isinstance(problem, dict) else "?"
+            if check not in checks:
+                checks.append(check)
+        why[host] = f"failed preflight: {', '.join(checks)}" if checks else "failed an earlier stage of this run"
+    return why
+
+
+def left_out_warnings(left_out):
+    """One line per node left out of the run, in order: who, why, and what brings it back."""
+    return [
+        f"{host} was left out of this run ({why}; instinct_exclude_failed_nodes: true): the stages after preflight "
+        "ran without it. Its problems are in preflight's table above; fix them and run again. "
+        "See docs/runbooks/preflight.md"
+        for host, why in left_out.items()
+    ]
 
 
 def node_warnings(hostvars, hosts):

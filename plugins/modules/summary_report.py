@@ -22,6 +22,10 @@ description:
     stage did not run, the same table as the filter P(instinct.finetune.node_summary#filter).
   - Prints the table line for line, one row per node, through Ansible's display, so that no stdout
     callback folds a row over several lines.
+  - A node of O(hosts) that an earlier play of the run failed (not in C(ansible_play_hosts) any more: with
+    C(instinct_exclude_failed_nodes), a node that failed preflight and was left out of the run) gets a last column,
+    C(left out), naming the checks it failed (from preflight's C(preflight_problems)), and a warning after the
+    table naming it, why and C(docs/runbooks/preflight.md). The column is there only when a node was left out.
   - After the table, one Ansible warning per AMD MI300X host setting that GPU nodes lack (from
     preflight's record C(preflight_tuning)), naming the nodes, the setting, its section of AMD's MI300X
     system optimisation guide with its URL, the switch (C(preflight_apply_tuning)) and the runbook
@@ -71,7 +75,8 @@ msg:
   type: list
   elements: str
 node_warnings:
-  description: The warnings printed after the table (missing MI300X host tuning on GPU nodes).
+  description:
+    - The warnings printed after the table (nodes left out of the run, missing MI300X host tuning on GPU nodes).
   returned: always
   type: list
   elements: str
@@ -81,6 +86,11 @@ node_warnings:
       (https://instinct.docs.amd.com/projects/amdgpu-docs/en/latest/system-optimization/mi300x.html#mi300x-grub-settings);
       set preflight_apply_tuning: true (writes a GRUB drop-in; takes effect after a reboot,
       preflight_allow_reboot: true). See docs/runbooks/host-tuning.md
+left_out:
+  description: The nodes left out of the run (failed by an earlier play), each with why.
+  returned: always
+  type: dict
+  sample: {node2: "failed preflight: memory, disk /opt"}
 dest:
   description: The Markdown file, as given; empty for none.
   returned: always

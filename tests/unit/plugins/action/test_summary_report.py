@@ -24,7 +24,7 @@ def shown(monkeypatch, warned):
     return lines
 
 
-def run(args, check_mode=False, play_hosts=("mi300x-01", "mi300x-02", "cpu-01")):
+def run(args, check_mode=False, play_hosts=("mi300x-01", "mi300x-02", "cpu-01"), remaining=None, hostvars=None):
     task = MagicMock()
     task.args = args
     task.async_val = 0
@@ -32,7 +32,10 @@ def run(args, check_mode=False, play_hosts=("mi300x-01", "mi300x-02", "cpu-01"))
     connection = MagicMock()
     connection._shell.tmpdir = None
     action = summary_report.ActionModule(task, connection, MagicMock(), MagicMock(), MagicMock(), MagicMock())
-    return action.run(task_vars={"hostvars": HOSTVARS, "ansible_play_hosts_all": list(play_hosts)})
+    task_vars = {"hostvars": hostvars or HOSTVARS, "ansible_play_hosts_all": list(play_hosts)}
+    if remaining is not None:
+        task_vars["ansible_play_hosts"] = list(remaining)
+    return action.run(task_vars=task_vars)
 
 
 def test_prints_one_line_per_node_and_writes_the_markdown(tmp_path, shown):
@@ -96,3 +99,29 @@ def test_no_warnings_section_where_every_gpu_node_is_tuned(tmp_path, shown, warn
     result = run({"dest": str(dest)}, play_hosts=["mi300x-01", "cpu-01"])
     assert warned == [] and result["node_warnings"] == []
     assert "Warnings" not in dest.read_text() and not any(line.startswith("warning:") for line in result["msg"])
+
+
+def test_a_node_left_out_after_failing_preflight_is_named_with_why(tmp_path, shown, warned):
+    """With instinct_exclude_failed_nodes, mi300x-02 failed preflight and a later play ran without it:
+    it is in the play's hosts but not among those that went on. A last column says why, and a warning
+    first after the table names it, the checks it failed and the runbook."""
+    problems = [
+        {"check": "memory", "value": "7.6 GB, below 64", "fix": "Add memory", "runbook": "oom-fragmentation.md"},
+        {"check": "disk /opt", "value": "3 GB free", "fix": "Free space", "runbook": "disk-full.md"},
+        {"check": "memory", "value": "again", "fix": "Add memory", "runbook": "oom-fragmentation.md"},
+    ]
+    hostvars = dict(HOSTVARS, **{"mi300x-02": dict(HOSTVARS["mi300x-02"], preflight_problems=problems)})
+    dest = tmp_path / "summary.md"
+    result = run({"dest": str(dest)}, remaining=["mi300x-01", "cpu-01"], hostvars=hostvars)
+    assert result["left_out"] == {"mi300x-02": "failed preflight: memory, disk /opt"}
+    lines = result["msg"]
+    assert lines[0].rstrip().endswith("| left out")
+    cells = {line.split(" ")[0]: line.rsplit("|", 1)[1].strip() for line in lines[2:5]}
+    assert cells == {"mi300x-01": "-", "mi300x-02": "failed preflight: memory, disk /opt", "cpu-01": "-"}
+    assert warned[0].startswith("mi300x-02 was left out of this run (failed preflight: memory, disk /opt;")
+    assert warned[0].endswith("See docs/runbooks/preflight.md") and len(warned) == 5  # then the 4 tuning ones
+    text = dest.read_text()
+    assert "| left out " in text and "| failed preflight: memory, disk /opt |" in text
+    assert "- mi300x-02 was left out of this run" in text
+    # Nobody left out: no such column, as before.
+    assert "left out" not in run({}, remaining=["mi300x-01", "mi300x-02", "cpu-01"])["msg"][0]
