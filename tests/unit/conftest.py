@@ -73,10 +73,11 @@ def fabric_step_playbook(task_file, what, hosts="all"):
     return role_step_playbook("fabric", task_file, what, hosts)
 
 
-def run_local_play(playbook, extravars, check=False, bin_dir=None, env=None):
+def run_local_play(playbook, extravars, check=False, bin_dir=None, env=None, *, inventory="node1,"):  # noqa: PLR0913
     """``ansible-playbook`` of ``playbook`` (a path) on one local node named node1, with this venv's
     Python, the checkout's collection and ``extravars``; ``bin_dir`` first on PATH (the stand-ins of
-    the hardware's and the system's tools), ``env`` added to the environment. Returns the process."""
+    the hardware's and the system's tools), ``env`` added to the environment. ``inventory``: another
+    inventory (a file of several nodes, each on the local connection). Returns the process."""
     extravars = {"ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
                  **extravars}  # fmt: skip
     path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}" if bin_dir else os.environ["PATH"]
@@ -84,7 +85,7 @@ def run_local_play(playbook, extravars, check=False, bin_dir=None, env=None):
                    ANSIBLE_NOCOLOR="1", PATH=path, **(env or {}))  # fmt: skip
     command = Path(sys.executable).parent / "ansible-playbook"
     return subprocess.run(
-        [str(command) if command.exists() else "ansible-playbook", "-i", "node1,", str(playbook),
+        [str(command) if command.exists() else "ansible-playbook", "-i", str(inventory), str(playbook),
          "-e", json.dumps(extravars), *(["--check"] if check else [])],
         capture_output=True, text=True, env=run_env, check=False, cwd=ROOT, timeout=300,
     )  # fmt: skip
