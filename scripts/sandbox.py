@@ -180,8 +180,13 @@ def result_files(res):
     return files, changed
 
 
-# The tasks whose msg a test reads (RunResult.debug).
-DEBUG_ACTIONS = ("ansible.builtin.debug", "debug", "instinct.finetune.summary_report")
+# The tasks whose msg a test reads (RunResult.debug): preflight's table of problems among them.
+DEBUG_ACTIONS = (
+    "ansible.builtin.debug",
+    "debug",
+    "instinct.finetune.summary_report",
+    "instinct.finetune.problem_report",
+)
 
 
 class EventReader:
@@ -228,7 +233,8 @@ class EventReader:
         elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
             res = data.get("res") or {}
             self.failures.append({"host": data.get("host"), "task": data.get("task"), "msg": res.get("msg")})
-        # summary_report prints its table through Ansible's display and returns the lines as msg.
+        # summary_report and problem_report print their tables through Ansible's display and return the
+        # lines as msg.
         elif kind == "runner_on_ok" and data.get("task_action") in DEBUG_ACTIONS:
             msg = (data.get("res") or {}).get("msg")
             if msg is not None:

@@ -1,28 +1,124 @@
-"""One rule for nodes that fail (issue 17): in site.yml a node that fails any stage stops every node
-before anything else happens, and the run says which node failed in which stage."""
+"""What a node that fails preflight does to a run (issues 17 and 31). node2 asks for more memory and
+free disk than any sandbox node has (tests/e2e/playbooks/preflight-fails-on-node2.yml). Preflight
+reports all of its problems in one table, then by default stops every node before anything else
+happens, naming the node and each problem; with instinct_exclude_failed_nodes: true node2 is left
+out and site.yml goes on with node1 alone, the job at world size 1, and the summary names node2.
+
+These runs leave node2's preflight record holding its problems and Prometheus scraping node1 only
+(the excluded run rewrote its targets): keep this module last, or run site.yml after it."""
+
+import re
 
 import pytest
-from cluster import NODES, ROOT, sandbox
+from cluster import JOB, JOB_ROOT, NODES, ROOT, debug_messages, node, sandbox, summary_lines
+
+PLAYBOOK = ROOT / "tests" / "e2e" / "playbooks" / "preflight-fails-on-node2.yml"
+TABLE = "Print every problem of every node in one table"
+LEFT_OUT_JOB = f"{JOB}-left-out"
+# node2's three problems, as the table's check column names them (preflight_disk_paths: /opt, /var).
+NODE2_CHECKS = ["disk /opt", "disk /var", "memory"]
 
 
-@pytest.fixture(scope="module")
-def preflight_fails(converged):
+def run(*extra):
     return sandbox.run_playbook(
-        ROOT / "tests" / "e2e" / "playbooks" / "preflight-fails-on-node2.yml",
-        cmdline=sandbox.site_cmdline(),
+        PLAYBOOK,
+        cmdline=sandbox.site_cmdline(list(extra)),
         extravars={"finetune_collect_dir": str(sandbox.collect_dir())},
         quiet=True,
     )
 
 
+def table(result):
+    """preflight's table: its headline, then {node: [check, ...]} from its rows."""
+    (lines,) = debug_messages(result, TABLE).values()
+    rows = {}
+    for line in lines[3:]:
+        cells = [cell.strip() for cell in line.split("|")]
+        rows.setdefault(cells[0], []).append(cells[1])
+    return lines[0], rows
+
+
+@pytest.fixture(scope="module")
+def preflight_fails(converged):
+    return run()
+
+
 def test_a_node_that_fails_preflight_stops_the_run_on_every_node(preflight_fails):
     assert preflight_fails.rc != 0
     assert preflight_fails.failed_hosts() == [NODES[1]]
+    # One table with every problem of the node: each check ran, none stopped the others.
+    headline, rows = table(preflight_fails)
+    assert headline.startswith(f"preflight: 3 problem(s) on 1 of {len(NODES)} node(s): {NODES[1]}; every node stops")
+    assert rows == {NODES[1]: NODE2_CHECKS}
     (failure,) = preflight_fails.failures
-    assert failure["host"] == NODES[1] and "100000" in str(failure["msg"]), failure
+    assert failure["host"] == NODES[1] and failure["task"] == "Stop every node, since a node failed preflight"
+    message = str(failure["msg"])
+    assert "below preflight_min_memory_gb=100000" in message and "below preflight_min_free_disk_gb=100000" in message
+    assert "docs/runbooks/oom-fragmentation.md" in message and "docs/runbooks/disk-full.md" in message
+    assert "Every node stops" in message and "docs/runbooks/preflight.md" in message
     # The stage is named: the run ended in the preflight play, and no later stage started.
     plays = [play["play"] for play in preflight_fails.plays]
     assert plays[-1] == "Check every node before anything is installed", plays
-    # node1 stopped with it, unchanged: nothing was installed or launched on part of the cluster.
-    assert preflight_fails.changed == {}
+    # node1 stopped with it, unchanged: nothing was installed or launched on part of the cluster. Only
+    # node2's preflight record (what diagnose reads) took its problems.
+    assert preflight_fails.changed_tasks() == [
+        (NODES[1], "Keep the problems preflight found on the node for diagnose")
+    ], preflight_fails.changed_tasks()
     assert preflight_fails.ran("Launch one LLaMA-Factory process per node") == []
+    assert preflight_fails.ran("Read the host tuning") == []
+
+
+@pytest.fixture(scope="module")
+def same_job_left_out(preflight_fails):
+    """The finished sandbox job again, without node2: its checkpoints and result are of world size 2."""
+    return run("-e", "instinct_exclude_failed_nodes=true")
+
+
+def test_a_finished_job_is_refused_at_the_world_size_of_the_nodes_that_remain(same_job_left_out):
+    assert same_job_left_out.rc != 0
+    failures = {f["host"]: f for f in same_job_left_out.failures}
+    assert failures[NODES[1]]["task"] == "Leave this node out of the run, since it failed preflight"
+    refusal = failures[NODES[0]]
+    assert refusal["task"] == "Refuse a job whose finished run or checkpoints belong to other settings"
+    assert "world_size=2" in str(refusal["msg"]) and "world_size=1" in str(refusal["msg"])
+    assert same_job_left_out.ran("Launch one LLaMA-Factory process per node") == []
+
+
+@pytest.fixture(scope="module")
+def left_out(same_job_left_out):
+    """A job of its own on the nodes that remain."""
+    return run("-e", "instinct_exclude_failed_nodes=true", "-e", f"finetune_job_name={LEFT_OUT_JOB}")
+
+
+def test_with_exclusion_the_job_runs_on_the_nodes_that_remain(left_out):
+    # Ansible's verdict on a run with a failed host (node2); every stage ran to its end on node1.
+    assert left_out.rc == 2 and left_out.failed_hosts() == [NODES[1]]
+    (failure,) = left_out.failures
+    assert failure["task"] == "Leave this node out of the run, since it failed preflight"
+    assert f"which goes on with {', '.join(NODES[:1] + NODES[2:])}" in str(failure["msg"])
+    headline, rows = table(left_out)
+    assert headline.endswith(f"left out: {NODES[1]}; going on with {', '.join(NODES[:1] + NODES[2:])}")
+    assert rows == {NODES[1]: NODE2_CHECKS}
+    assert [play["play"] for play in left_out.plays][-1] == "Summarise every node"
+    assert left_out.ran("Launch one LLaMA-Factory process per node") == sorted(NODES[:1] + NODES[2:])
+    # The job's world and ranks are the remaining nodes': one rank per CPU node, node1 rank 0.
+    conf = f"/etc/instinct-finetune/jobs/{LEFT_OUT_JOB}/launch.env"
+    launch = dict(
+        line.split("=", 1) for line in node(NODES[0], "cat", conf).stdout.splitlines() if "=" in line and line[0] != "#"
+    )
+    assert (launch["NNODES"], launch["NODE_RANK"]) == (str(len(NODES) - 1), "0")
+    fingerprint = node(NODES[0], "cat", f"{JOB_ROOT}/{LEFT_OUT_JOB}/fingerprint").stdout
+    assert f"world_size={len(NODES) - 1}" in fingerprint.split()
+    assert node(NODES[1], "test", "-e", f"{JOB_ROOT}/{LEFT_OUT_JOB}", check=False).returncode != 0
+    # The summary names the node left out and why; node1's row has the job.
+    summary = summary_lines(left_out)
+    assert summary[0].rstrip().endswith("| left out")
+    row = next(line for line in summary if line.startswith(NODES[1]))
+    assert row.rstrip().endswith("failed preflight: disk /opt, disk /var, memory")
+    assert f"{LEFT_OUT_JOB} succeeded" in next(line for line in summary if line.startswith(NODES[0]))
+    assert any(line.startswith(f"warning: {NODES[1]} was left out of this run") for line in summary)
+    # Prometheus scrapes the nodes that remain, not the one left out.
+    (scraped,) = debug_messages(left_out, "Report what Prometheus scrapes").values()
+    assert " ".join(str(scraped).split()).split(": ", 1)[1].split(", ") == NODES[:1] + NODES[2:], scraped
+    config = node(NODES[0], "cat", "/etc/prometheus/prometheus.yml").stdout
+    assert re.search(rf"\b{NODES[0]}\b", config) and not re.search(rf"\b{NODES[1]}\b", config), config
