@@ -329,97 +329,9 @@ def change_by_hand(host):
             node(host, *how.split(), path)
 
 
-def test_site_yml_in_check_mode_on_the_converged_cluster_changes_nothing(converged):
-    """Every stage predicts no change on real state: preflight and its trust store, the ROCm
-    packages, the venv, torch, DeepSpeed's wheel and LLaMA-Factory, the fabric's env file, monitoring,
-    and the finished job, which is read as in a real run (neither relaunched nor re-evaluated)."""
-    again = sandbox.run_playbook(
-        "site.yml",
-        cmdline=sandbox.site_cmdline("--check --diff"),
-        extravars={"finetune_collect_dir": str(sandbox.collect_dir())},
-    )
-    sandbox.write_report("site-check", again)
-    sandbox.print_report(again)
-    assert again.rc == 0, again.failures
-    # Ansible's stats list only hosts with a change.
-    assert sorted(again.ok) == NODES
-    assert {host: again.changed.get(host, 0) for host in NODES} == {host: 0 for host in NODES}, again.changed_tasks()
-    assert any("skip (finished on every node)" in str(d["msg"]) for d in again.debug)
-    # Nothing would be rewritten: no result shows a change in its own changed or diff (a write that
-    # changed_when hides included), and the copy, template and file tasks that write DRIFT's files
-    # compared them on every node (each task is its own comparison; nothing skips them).
-    assert again.changes() == [], again.changes()
-    unseen = {host: sorted(set(DRIFT) - again.files(host)) for host in NODES}
-    assert unseen == {host: [] for host in NODES}, unseen
-    # The finished job's weights were checked and its evaluation found, as in a real run.
-    assert again.ran("Check that the finetune stage finished the job") == NODES
-
-
-# The stage playbooks site.yml chains, as an operator runs one of them alone on a provisioned cluster.
-STAGES = ("preflight.yml", "provision.yml", "stack.yml", "fabric.yml", "monitoring.yml", "finetune.yml", "evaluate.yml")
-
-
-def test_each_stage_alone_changes_nothing_but_the_files_changed_by_hand(converged):
-    """Each stage run alone, with no earlier play of the same run to hand it facts: rc 0. The facts a
-    stage needs are read again on the nodes (the GPUs' archs for AMD's RCCL settings, the GPU count
-    for the collector) or were written by the stage that owns them.
-
-    These runs are the suite's no-change runs of the stages, and its drift test: before the first,
-    DRIFT's files are changed by hand on the last node. Read from each result's own changed and diff
-    (--diff): on that node the stages change those files and nothing else, each in the task that
-    writes it (and the handlers that task notifies), and write them back as they were; on every other
-    node nothing changes, and every copy, template and file task compared its files there."""
-    drifted = NODES[-1]
-    before = {path: path_state(drifted, path) for path in DRIFT}
-    assert all(mode for mode, _digest in before.values()), before
-    change_by_hand(drifted)
-    failures, unexpected, counted, found = {}, {}, {}, set()
-    unseen = {host: set(DRIFT) for host in NODES}
-    for playbook in STAGES:
-        # The provisioning stages as a rolling upgrade does them: one node at a time.
-        rolling = playbook in {"provision.yml", "stack.yml"}
-        alone = sandbox.run_playbook(
-            playbook,
-            cmdline=sandbox.site_cmdline(["--diff", *(["-e", "instinct_rolling_batch=1"] if rolling else [])]),
-            extravars={"finetune_collect_dir": str(sandbox.collect_dir())},
-        )
-        sandbox.write_report(f"alone-{playbook.removesuffix('.yml')}", alone)
-        sandbox.print_report(alone)
-        if alone.rc != 0:
-            failures[playbook] = alone.failures
-        for host, task, handler, files in alone.changes():
-            by_hand = set(files) & set(DRIFT)
-            if host == drifted and (by_hand or handler):
-                found |= by_hand
-            else:
-                unexpected.setdefault(playbook, []).append((host, task, files))
-        # Ansible's own count agrees on the other nodes: nothing changed there.
-        if any(count for host, count in alone.changed.items() if host != drifted):
-            counted[playbook] = alone.changed_tasks()
-        for host in NODES:
-            unseen[host] -= alone.files(host)
-        if rolling:
-            # One play start per batch: every node had its turn, one after the other.
-            assert len(alone.plays) == len(NODES), alone.plays
-        if playbook == "fabric.yml":
-            # Read again, not inherited: the env file keeps the arch's settings (not rewritten without them).
-            assert alone.ran("Read the stage records on the node") == NODES
-        if playbook == "finetune.yml":
-            assert any("skip (finished on every node)" in str(d["msg"]) for d in alone.debug)
-    assert failures == {}
-    # Every change was a file changed by hand, on its node (a handler there runs because one was).
-    assert unexpected == {}, unexpected
-    assert counted == {}, counted
-    # Each file changed by hand was found by the task that writes it and written again as it was.
-    assert found == set(DRIFT), set(DRIFT) - found
-    assert {path: path_state(drifted, path) for path in DRIFT} == before
-    # And on every node the tasks that write them compared them (a converged node's copy and template
-    # tasks run: what they would change, they change).
-    assert unseen == {host: set() for host in NODES}, unseen
-
-
-# A task added to a copy of the monitoring role: on a converged cluster, the next run of the stage
-# writes its file on every node, and the run after changes nothing.
+# A task added to a copy of the monitoring role (which shadows the collection's) for the no-change
+# runs below: on a converged cluster, the stage's next run writes its file on every node, once, and
+# the run after predicts no change. Nobody must keep a list of what a role writes (issue 28).
 ADDED_FILE = "/etc/instinct-e2e-added-task"
 ADDED_TASK = "Write the file the e2e suite's copy of the role adds"
 ADDED = f"""
@@ -458,36 +370,124 @@ def collections_path(first):
     return os.pathsep.join([str(first), *(p if p.startswith(("/", "~")) else str(ROOT / p) for p in configured)])
 
 
-def test_a_task_added_to_a_role_reaches_every_converged_node_once(converged, tmp_path):
-    """One copy task appended to a copy of the monitoring role (which shadows the collection's), then
-    monitoring.yml twice on the converged cluster: the first run writes the new file on every node
-    and changes nothing else, the second changes nothing."""
-    collections = shadow_collection(tmp_path, "monitoring")
+@pytest.fixture(scope="module")
+def added_task(converged, tmp_path_factory):
+    """The environment that puts the copy of the monitoring role with ADDED_TASK first; its file is
+    removed from every node when the module's tests are done."""
+    collections = shadow_collection(tmp_path_factory.mktemp("shadow"), "monitoring")
     tasks = collections.joinpath("ansible_collections/instinct/finetune/roles/monitoring/tasks/main.yml")
     tasks.write_text(tasks.read_text().rstrip("\n") + "\n" + ADDED)
-    envvars = {"ANSIBLE_COLLECTIONS_PATH": collections_path(collections)}
-    extravars = {"finetune_collect_dir": str(sandbox.collect_dir())}
-    try:
-        first = sandbox.run_playbook("monitoring.yml", cmdline=sandbox.site_cmdline("--diff"), extravars=extravars,
-                                     envvars=envvars)  # fmt: skip
-        sandbox.write_report("added-task", first)
-        sandbox.print_report(first)
-        assert first.rc == 0, first.failures
-        assert sorted(first.changes()) == sorted((host, ADDED_TASK, False, (ADDED_FILE,)) for host in NODES)
-        assert sorted(first.changed_tasks()) == [(host, ADDED_TASK) for host in NODES]
+    for host in NODES:
+        node(host, "rm", "-f", ADDED_FILE, check=False)
+    yield {"ANSIBLE_COLLECTIONS_PATH": collections_path(collections)}
+    for host in NODES:
+        node(host, "rm", "-f", ADDED_FILE, check=False)
+
+
+# The stage playbooks site.yml chains, as an operator runs one of them alone on a provisioned cluster.
+STAGES = ("preflight.yml", "provision.yml", "stack.yml", "fabric.yml", "monitoring.yml", "finetune.yml", "evaluate.yml")
+
+
+def test_each_stage_alone_changes_nothing_but_the_files_changed_by_hand(added_task):
+    """Each stage run alone, with no earlier play of the same run to hand it facts: rc 0. The facts a
+    stage needs are read again on the nodes (the GPUs' archs for AMD's RCCL settings, the GPU count
+    for the collector) or were written by the stage that owns them.
+
+    These runs are the suite's no-change runs of the stages, and its drift test: before the first,
+    DRIFT's files are changed by hand on the last node. Read from each result's own changed and diff
+    (--diff): on that node the stages change those files and nothing else, each in the task that
+    writes it (and the handlers that task notifies), and write them back as they were; on every other
+    node nothing changes, and every copy, template and file task compared its files there.
+
+    The monitoring role is the copy with ADDED_TASK appended: its stage writes the new file on every
+    converged node, in that task, and changes nothing else."""
+    drifted = NODES[-1]
+    before = {path: path_state(drifted, path) for path in DRIFT}
+    assert all(mode for mode, _digest in before.values()), before
+    change_by_hand(drifted)
+    failures, unexpected, counted, found, added = {}, {}, {}, set(), []
+    unseen = {host: set(DRIFT) for host in NODES}
+    for playbook in STAGES:
+        # The provisioning stages as a rolling upgrade does them: one node at a time.
+        rolling = playbook in {"provision.yml", "stack.yml"}
+        alone = sandbox.run_playbook(
+            playbook,
+            cmdline=sandbox.site_cmdline(["--diff", *(["-e", "instinct_rolling_batch=1"] if rolling else [])]),
+            extravars={"finetune_collect_dir": str(sandbox.collect_dir())},
+            envvars=added_task,
+        )
+        sandbox.write_report(f"alone-{playbook.removesuffix('.yml')}", alone)
+        sandbox.print_report(alone)
+        if alone.rc != 0:
+            failures[playbook] = alone.failures
+        for host, task, handler, files in alone.changes():
+            by_hand = set(files) & set(DRIFT)
+            if host == drifted and (by_hand or handler):
+                found |= by_hand
+            elif (task, handler, tuple(files)) == (ADDED_TASK, False, (ADDED_FILE,)):
+                added.append(host)
+            else:
+                unexpected.setdefault(playbook, []).append((host, task, files))
+        # Ansible's own count agrees on the other nodes: nothing changed there but the added task.
+        wrote = {host: alone.changed_tasks().count((host, ADDED_TASK)) for host in NODES}
+        if any(count != wrote[host] for host, count in alone.changed.items() if host != drifted):
+            counted[playbook] = alone.changed_tasks()
         for host in NODES:
-            assert node(host, "stat", "-c", "%a %U", ADDED_FILE).stdout.split() == ["644", "root"]
-            assert node(host, "cat", ADDED_FILE).stdout == "added to a copy of the monitoring role by tests/e2e\n"
-        again = sandbox.run_playbook("monitoring.yml", cmdline=sandbox.site_cmdline("--diff"), extravars=extravars,
-                                     envvars=envvars)  # fmt: skip
-        sandbox.write_report("added-task-again", again)
-        sandbox.print_report(again)
-    finally:
-        for host in NODES:
-            node(host, "rm", "-f", ADDED_FILE, check=False)
+            unseen[host] -= alone.files(host)
+        if rolling:
+            # One play start per batch: every node had its turn, one after the other.
+            assert len(alone.plays) == len(NODES), alone.plays
+        if playbook == "fabric.yml":
+            # Read again, not inherited: the env file keeps the arch's settings (not rewritten without them).
+            assert alone.ran("Read the stage records on the node") == NODES
+        if playbook == "finetune.yml":
+            assert any("skip (finished on every node)" in str(d["msg"]) for d in alone.debug)
+    assert failures == {}
+    # Every change was a file changed by hand, on its node (a handler there runs because one was).
+    assert unexpected == {}, unexpected
+    assert counted == {}, counted
+    # Each file changed by hand was found by the task that writes it and written again as it was.
+    assert found == set(DRIFT), set(DRIFT) - found
+    assert {path: path_state(drifted, path) for path in DRIFT} == before
+    # And on every node the tasks that write them compared them (a converged node's copy and template
+    # tasks run: what they would change, they change).
+    assert unseen == {host: set() for host in NODES}, unseen
+    # The added task wrote its file once on every node, as it says.
+    assert sorted(added) == NODES, added
+    for host in NODES:
+        assert node(host, "stat", "-c", "%a %U", ADDED_FILE).stdout.split() == ["644", "root"]
+        assert node(host, "cat", ADDED_FILE).stdout == "added to a copy of the monitoring role by tests/e2e\n"
+
+
+def test_site_yml_in_check_mode_on_the_converged_cluster_changes_nothing(added_task):
+    """Every stage predicts no change on real state: preflight and its trust store, the ROCm
+    packages, the venv, torch, DeepSpeed's wheel and LLaMA-Factory, the fabric's env file, monitoring
+    (with the added task, whose file the stage alone wrote: compared on every node, unchanged), and
+    the finished job, which is read as in a real run (neither relaunched nor re-evaluated)."""
+    again = sandbox.run_playbook(
+        "site.yml",
+        cmdline=sandbox.site_cmdline("--check --diff"),
+        extravars={"finetune_collect_dir": str(sandbox.collect_dir())},
+        envvars=added_task,
+    )
+    sandbox.write_report("site-check", again)
+    sandbox.print_report(again)
     assert again.rc == 0, again.failures
+    # Ansible's stats list only hosts with a change.
+    assert sorted(again.ok) == NODES
+    assert {host: again.changed.get(host, 0) for host in NODES} == {host: 0 for host in NODES}, again.changed_tasks()
+    assert any("skip (finished on every node)" in str(d["msg"]) for d in again.debug)
+    # Nothing would be rewritten: no result shows a change in its own changed or diff (a write that
+    # changed_when hides included), and the copy, template and file tasks that write DRIFT's files
+    # compared them on every node (each task is its own comparison; nothing skips them).
+    assert again.changes() == [], again.changes()
+    unseen = {host: sorted(set(DRIFT) - again.files(host)) for host in NODES}
+    assert unseen == {host: [] for host in NODES}, unseen
+    # The finished job's weights were checked and its evaluation found, as in a real run.
+    assert again.ran("Check that the finetune stage finished the job") == NODES
+    # The task added to the role ran on every node and would change nothing.
     assert again.ran(ADDED_TASK) == NODES
-    assert again.changed == {} and again.changes() == [], again.changes()
+    assert all(ADDED_FILE in again.files(host) for host in NODES)
 
 
 def run_in_thread(playbook, extra, outcome):
