@@ -23,9 +23,9 @@ description:
     (node, check, value, fix, runbook) with every problem of every node, through Ansible's display so that no stdout
     callback folds a row.
   - A node of O(hosts) that is no longer among O(remaining) and recorded nothing left the play before the table
-    (unreachable, or an error no check caught): it gets a row saying so and cannot go on either.
+    (unreachable, or an error no check caught); it gets a row saying so and cannot go on either.
   - Decides, and returns, which hosts the tasks after it must fail (RV(fail)), each with its message (RV(messages)).
-    Without O(exclude) every node stops (RV(action) C(stop)): the nodes with problems fail. With it (RV(action)
+    Without O(exclude) every node stops (RV(action) C(stop)) and the nodes with problems fail. With it (RV(action)
     C(exclude)) only they fail, so that Ansible leaves them out of the run's later plays, and the others go on
     (RV(go_on)); when no node without a problem is left, every node stops.
   - Never fails on the nodes' problems (a failed C(run_once) task would fail every host of the play); only on its

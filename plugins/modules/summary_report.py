@@ -22,7 +22,7 @@ description:
     stage did not run, the same table as the filter P(instinct.finetune.node_summary#filter).
   - Prints the table line for line, one row per node, through Ansible's display, so that no stdout
     callback folds a row over several lines.
-  - A node of O(hosts) that an earlier play of the run failed (not in C(ansible_play_hosts) any more: with
+  - A node of O(hosts) that an earlier play of the run failed (no longer in C(ansible_play_hosts); with
     C(instinct_exclude_failed_nodes), a node that failed preflight and was left out of the run) gets a last column,
     C(left out), naming the checks it failed (from preflight's C(preflight_problems)), and a warning after the
     table naming it, why and C(docs/runbooks/preflight.md). The column is there only when a node was left out.

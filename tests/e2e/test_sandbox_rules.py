@@ -30,7 +30,9 @@ def run(*extra):
 
 def table(result):
     """preflight's table: its headline, then {node: [check, ...]} from its rows."""
-    (lines,) = debug_messages(result, TABLE).values()
+    shown = debug_messages(result, TABLE)
+    assert len(shown) == 1, shown  # printed once, for every node
+    lines = next(iter(shown.values()))
     rows = {}
     for line in lines[3:]:
         cells = [cell.strip() for cell in line.split("|")]
@@ -118,7 +120,7 @@ def test_with_exclusion_the_job_runs_on_the_nodes_that_remain(left_out):
     assert f"{LEFT_OUT_JOB} succeeded" in next(line for line in summary if line.startswith(NODES[0]))
     assert any(line.startswith(f"warning: {NODES[1]} was left out of this run") for line in summary)
     # Prometheus scrapes the nodes that remain, not the one left out.
-    (scraped,) = debug_messages(left_out, "Report what Prometheus scrapes").values()
+    scraped = debug_messages(left_out, "Report what Prometheus scrapes")[NODES[0]]
     assert " ".join(str(scraped).split()).split(": ", 1)[1].split(", ") == NODES[:1] + NODES[2:], scraped
     config = node(NODES[0], "cat", "/etc/prometheus/prometheus.yml").stdout
     assert re.search(rf"\b{NODES[0]}\b", config) and not re.search(rf"\b{NODES[1]}\b", config), config

@@ -111,6 +111,12 @@ def results(out, task):
     return found
 
 
+def only(found):
+    """The one host's result of a run_once task."""
+    assert len(found) == 1, found
+    return next(iter(found.values()))
+
+
 def ran(out, task):
     return sorted(host for host, result in results(out, task).items() if not result.get("skipped"))
 
@@ -127,7 +133,7 @@ def test_one_table_of_every_problem_and_every_node_stops(tmp_path):
     one table, each node failed with its own problems, and no later play ran."""
     proc, out = play(tmp_path, {"node1": {"preflight_accepted_os_tiers": ["primary"]}, "node2": NODE2_FLOORS})
     assert proc.returncode != 0
-    (report,) = results(out, "Print every problem of every node in one table").values()
+    report = only(results(out, "Print every problem of every node in one table"))
     assert report["msg"][0] == "preflight: 3 problem(s) on 2 of 2 node(s): node1, node2; every node stops"
     assert [row[:2] for row in report["rows"]] == [["node1", "operating system"], ["node2", "disk /"],
                                                    ["node2", "memory"]]  # fmt: skip
@@ -174,7 +180,7 @@ def test_with_exclusion_the_rest_go_on_with_their_own_ranks_and_the_summary_name
         "node1": {"ranks": ["node1", "node3"], "rank": 0, "master": "node1"},
         "node3": {"ranks": ["node1", "node3"], "rank": 1, "master": "node1"},
     }
-    (summary,) = results(out, "Print one row per node and write summary.md in the collect folder").values()
+    summary = only(results(out, "Print one row per node and write summary.md in the collect folder"))
     assert summary["left_out"] == {"node2": "failed preflight: disk /, memory"}
     assert summary["node_warnings"][0].startswith("node2 was left out of this run (failed preflight: disk /, memory;")
     assert "| failed preflight: disk /, memory |" in (tmp_path / "artifacts" / "summary.md").read_text()
@@ -183,8 +189,8 @@ def test_with_exclusion_the_rest_go_on_with_their_own_ranks_and_the_summary_name
 def test_with_exclusion_of_the_first_node_the_next_one_is_the_master(tmp_path):
     _proc, out = play(tmp_path, {"node1": NODE2_FLOORS, "node2": {}}, {"instinct_exclude_failed_nodes": True})
     shown = results(out, "Show the ranks and the master")
-    assert shown == {"node2": shown["node2"]} and shown["node2"]["msg"] == {"ranks": ["node2"], "rank": 0,
-                                                                             "master": "node2"}  # fmt: skip
+    assert list(shown) == ["node2"]
+    assert shown["node2"]["msg"] == {"ranks": ["node2"], "rank": 0, "master": "node2"}
 
 
 def test_a_check_that_cannot_run_and_a_node_that_left_the_play_are_rows_of_the_table(tmp_path):
@@ -198,7 +204,7 @@ def test_a_check_that_cannot_run_and_a_node_that_left_the_play_are_rows_of_the_t
         "node3": {"preflight_min_memory_gb": "plenty"},
     }
     _proc, out = play(tmp_path, nodes, check=True, lspci_fails=True)
-    (report,) = results(out, "Print every problem of every node in one table").values()
+    report = only(results(out, "Print every problem of every node in one table"))
     rows = report["rows"]
     assert [row[:2] for row in rows] == [
         ["node1", "could not run: List the Instinct devices on the PCI bus with their bridge paths"],

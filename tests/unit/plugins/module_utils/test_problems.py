@@ -27,7 +27,7 @@ OS = {
 NODES = ["node1", "node2", "node3"]
 
 
-def run(hostvars, exclude=False, remaining=NODES, hosts=NODES):
+def run(hostvars, exclude=False, remaining=tuple(NODES), hosts=tuple(NODES)):
     return problems.report(
         hostvars, hosts, remaining, var="preflight_problems", stage="preflight", exclude=exclude, runbook="preflight.md"
     )
