@@ -37,20 +37,25 @@ def test_a_thousand_rounds_of_a_running_job(tmp_path):
     print(f"1000 rounds in {seconds:.0f} s")
 
 
+# Enough rounds for every node to be read by a worker that read another node before it (3 nodes, 2
+# forks); each round is three module runs on this 2-core machine.
+ROUNDS = 6
+
+
 def test_more_nodes_than_forks_are_watched_to_the_end(tmp_path):
-    _seconds, _peak, results, stdout = soak(tmp_path, rounds=20, hosts=THREE, forks=2)
+    _seconds, _peak, results, stdout = soak(tmp_path, rounds=ROUNDS, hosts=THREE, forks=2)
     # Run once, registered for every node alike.
     assert results["node-a"] == results["node-b"] == results["node-c"]
     result = results["node-a"]
-    assert result["rounds"] == 21, result["rounds"]
+    assert result["rounds"] == ROUNDS + 1, result["rounds"]
     assert {host: r["state"] for host, r in result["by_host"].items()} == dict.fromkeys(THREE, "succeeded")
     assert result["changed"] is False and result["first_failed"] == [] and result["timed_out"] is False
     for rank, host in enumerate(THREE):
-        assert stdout.count(f"rank {rank} {host}: running") == 20
+        assert stdout.count(f"rank {rank} {host}: running") == ROUNDS
         assert f"rank {rank} {host}: succeeded" in stdout
         # One read a round, each with this node's own Python.
-        assert module_runs(tmp_path, host) == 21, host
-    assert "job soak, round 21:" in stdout and "job soak, round 22:" not in stdout
+        assert module_runs(tmp_path, host) == ROUNDS + 1, host
+    assert f"job soak, round {ROUNDS + 1}:" in stdout and f"job soak, round {ROUNDS + 2}:" not in stdout
 
 
 def test_when_one_rank_fails_every_other_rank_is_stopped(tmp_path):
