@@ -36,23 +36,25 @@ def complete_checkpoints(host, job):
     return sorted(int(re.search(r"checkpoint-(\d+)/", line).group(1)) for line in out.stdout.split())
 
 
-def run_job(name, settings):
-    """finetune.yml, then evaluate.yml run alone (it reads the job's record the finetune stage wrote
-    on the nodes), of one more job on the sandbox. The first run that fails is returned."""
+def run_job(name, settings, finetune_args=""):
+    """finetune.yml (with ``finetune_args`` added to its command line), then evaluate.yml run alone
+    (it reads the job's record the finetune stage wrote on the nodes), of one more job on the sandbox.
+    The first run that fails is returned."""
     for host in NODES:
         node(host, "systemctl", "stop", f"instinct-finetune-{name}.service", check=False)
         node(host, "rm", "-rf", f"{JOB_ROOT}/{name}", f"/var/log/instinct-finetune/{name}")
     extra = " ".join(f"-e {key}={value}" for key, value in {"finetune_job_name": name, **settings}.items())
+    runs = {}
     for playbook in ("finetune.yml", "evaluate.yml"):
-        result = sandbox.run_playbook(
+        result = runs[playbook] = sandbox.run_playbook(
             playbook,
-            cmdline=sandbox.site_cmdline(extra),
+            cmdline=sandbox.site_cmdline(f"{extra} {finetune_args}" if playbook == "finetune.yml" else extra),
             extravars={"finetune_collect_dir": str(sandbox.collect_dir()), "finetune_progress_interval": ROUND_SECONDS},
         )
         sandbox.write_report(f"{name}-{playbook.removesuffix('.yml')}", result)
         if result.rc != 0:
             break
-    return result
+    return runs
 
 
 def training_processes(host):
@@ -696,9 +698,10 @@ WATCH_TASK = "Watch the job until it ends, a rank dies or it stalls"
 
 
 def test_zero3_full_fine_tuning_saves_weights_that_load_and_beat_the_base_model(converged):
-    result = run_job(
+    runs = run_job(
         FULL_JOB, {"finetune_finetuning_type": "full", "finetune_learning_rate": "2.0e-3", "finetune_max_steps": 20}
     )
+    result = list(runs.values())[-1]
     assert result.rc == 0, result.failures
     weights = f"{JOB_ROOT}/{FULL_JOB}/output"
     loaded = node_python(
@@ -717,10 +720,21 @@ def test_zero3_full_fine_tuning_saves_weights_that_load_and_beat_the_base_model(
     assert evaluated["base_eval_loss"] == main["base_eval_loss"]
 
 
-def test_plain_ddp_still_trains_and_evaluates(converged):
-    result = run_job(DDP_JOB, {"finetune_strategy": "ddp", "finetune_finetuning_type": "full",
-                               "finetune_learning_rate": "2.0e-3", "finetune_max_steps": 20})  # fmt: skip
+def test_plain_ddp_still_trains_and_evaluates_with_fewer_ansible_workers_than_nodes(converged):
+    """Plain DDP, launched and watched by a finetune.yml run with one Ansible worker (--forks 1) for
+    the two nodes: the one watch task follows both ranks to their end (issue 31)."""
+    runs = run_job(DDP_JOB, {"finetune_strategy": "ddp", "finetune_finetuning_type": "full",
+                             "finetune_learning_rate": "2.0e-3", "finetune_max_steps": 20},
+                   finetune_args="--forks 1")  # fmt: skip
+    result = list(runs.values())[-1]
     assert result.rc == 0, result.failures
+    # One watch for the job, run once (on the master) by the one worker, followed both ranks to the end.
+    assert runs["finetune.yml"].ran(WATCH_TASK) == [NODES[0]]
+    for rank, host in enumerate(NODES):
+        log = since_last_launch(node(host, "cat", f"/var/log/instinct-finetune/{DDP_JOB}/train.log").stdout)
+        assert f"Process rank: {rank}, world size: {len(NODES)}" in log
+    state = json.loads(node(NODES[0], "cat", f"{JOB_ROOT}/{DDP_JOB}/output/trainer_state.json").stdout)
+    assert state["global_step"] == 20
     assert node(NODES[0], "test", "-e", f"/etc/instinct-finetune/jobs/{DDP_JOB}/ds_config.json", check=False).returncode
     evaluated = json.loads(node(NODES[0], "cat", f"{JOB_ROOT}/{DDP_JOB}/output/eval.json").stdout)
     assert evaluated["strategy"] == "ddp" and evaluated["perplexity"] < evaluated["base_perplexity"]
