@@ -4,10 +4,8 @@ reports all of its problems in one table, then by default stops every node befor
 happens, naming the node and each problem; with instinct_exclude_failed_nodes: true node2 is left
 out and site.yml goes on with node1 alone, the job at world size 1, and the summary names node2.
 
-These runs leave node2's preflight record holding its problems and Prometheus scraping node1 only
-(the excluded run rewrote its targets): keep this module last, or run site.yml after it."""
-
-import re
+These runs leave node2's preflight record holding its problems: keep this module last, or run
+site.yml after it."""
 
 import pytest
 from cluster import JOB, JOB_ROOT, NODES, ROOT, debug_messages, node, sandbox, summary_lines
@@ -71,25 +69,16 @@ def test_a_node_that_fails_preflight_stops_the_run_on_every_node(preflight_fails
 
 
 @pytest.fixture(scope="module")
-def same_job_left_out(preflight_fails):
-    """The finished sandbox job again, without node2: its checkpoints and result are of world size 2."""
-    return run("-e", "instinct_exclude_failed_nodes=true")
-
-
-def test_a_finished_job_is_refused_at_the_world_size_of_the_nodes_that_remain(same_job_left_out):
-    assert same_job_left_out.rc != 0
-    failures = {f["host"]: f for f in same_job_left_out.failures}
-    assert failures[NODES[1]]["task"] == "Leave this node out of the run, since it failed preflight"
-    refusal = failures[NODES[0]]
-    assert refusal["task"] == "Refuse a job whose finished run or checkpoints belong to other settings"
-    assert "world_size=2" in str(refusal["msg"]) and "world_size=1" in str(refusal["msg"])
-    assert same_job_left_out.ran("Launch one LLaMA-Factory process per node") == []
-
-
-@pytest.fixture(scope="module")
-def left_out(same_job_left_out):
-    """A job of its own on the nodes that remain."""
-    return run("-e", "instinct_exclude_failed_nodes=true", "-e", f"finetune_job_name={LEFT_OUT_JOB}")
+def left_out(preflight_fails):
+    """A job of its own on the nodes that remain (a job launched on more nodes is not resumed on fewer:
+    the --limit resume of test_sandbox.py shows that refusal). The stages between preflight and the
+    job found nothing to change on this converged cluster in the no-change runs of test_sandbox.py,
+    and so does the evaluation after it: they are skipped here (their tags), which also leaves
+    Prometheus's targets as they are."""
+    return run(
+        "-e", "instinct_exclude_failed_nodes=true", "-e", f"finetune_job_name={LEFT_OUT_JOB}",
+        "-e", "finetune_max_steps=10", "--skip-tags", "provision,stack,fabric,monitoring,evaluate",
+    )  # fmt: skip
 
 
 def test_with_exclusion_the_job_runs_on_the_nodes_that_remain(left_out):
@@ -119,8 +108,3 @@ def test_with_exclusion_the_job_runs_on_the_nodes_that_remain(left_out):
     assert row.rstrip().endswith("failed preflight: disk /opt, disk /var, memory")
     assert f"{LEFT_OUT_JOB} succeeded" in next(line for line in summary if line.startswith(NODES[0]))
     assert any(line.startswith(f"warning: {NODES[1]} was left out of this run") for line in summary)
-    # Prometheus scrapes the nodes that remain, not the one left out.
-    scraped = debug_messages(left_out, "Report what Prometheus scrapes")[NODES[0]]
-    assert " ".join(str(scraped).split()).split(": ", 1)[1].split(", ") == NODES[:1] + NODES[2:], scraped
-    config = node(NODES[0], "cat", "/etc/prometheus/prometheus.yml").stdout
-    assert re.search(rf"\b{NODES[0]}\b", config) and not re.search(rf"\b{NODES[1]}\b", config), config
