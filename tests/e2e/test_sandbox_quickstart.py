@@ -203,7 +203,7 @@ def ssh_cluster(converged, tmp_path_factory):
         for host in nodes:
             node(host, "sh", "-c", "rm -f /etc/ssh/ssh_host_* && ssh-keygen -A && systemctl restart ssh")
     made = [host for host in nodes if authorize(host, user, (keys / "id.pub").read_text().strip())]
-    addresses = {name: management_address(host) for (name, _), host in zip(hosts, nodes, strict=True)}
+    addresses = {name: management_address(host) for (name, _address), host in zip(hosts, nodes, strict=True)}
     yield {"hosts": hosts, "nodes": nodes, "addresses": addresses, "key": keys / "id", "group_vars": group_vars}
     for host in nodes:
         node(host, "rm", "-f", SUDOERS)
@@ -214,7 +214,7 @@ def ssh_cluster(converged, tmp_path_factory):
 @pytest.fixture(scope="module")
 def quickstart(ssh_cluster, tmp_path_factory):
     """The README's lines through preflight, in a fresh HOME and a copy of the checkout."""
-    lines, _ = steps_to_preflight(quickstart_block())
+    lines, _preflight = steps_to_preflight(quickstart_block())
     work = tmp_path_factory.mktemp("quickstart")
     workdir, home = checkout_copy(work / "instinct.finetune"), make_home(work / "home", ssh_cluster["key"])
     (work / "edits.json").write_text(json.dumps(operator_edits(ssh_cluster)))
@@ -229,7 +229,7 @@ def test_the_quick_start_reaches_both_nodes_over_ssh_and_preflight_passes(quicks
     output = quickstart.stdout + quickstart.stderr
     assert quickstart.returncode == 0, output[-6000:]
     counts = recap(quickstart.stdout)
-    assert sorted(counts) == sorted(name for name, _ in ssh_cluster["hosts"]), output[-6000:]
+    assert sorted(counts) == sorted(name for name, _address in ssh_cluster["hosts"]), output[-6000:]
     for name, count in counts.items():
         assert count["ok"] > 0 and count["failed"] == 0 and count["unreachable"] == 0, (name, count)
     # The inventory it ran against, as Ansible reads it: the example's names at the sandbox's
@@ -249,7 +249,7 @@ def test_the_quick_start_reaches_both_nodes_over_ssh_and_preflight_passes(quicks
 def test_the_keyscan_wrote_each_nodes_own_key_under_the_address_ansible_connects_to(quickstart, ssh_cluster):
     assert quickstart.returncode == 0, quickstart.stderr[-3000:]
     known_hosts = quickstart.home / ".ssh" / "known_hosts"
-    for (name, _), host in zip(ssh_cluster["hosts"], ssh_cluster["nodes"], strict=True):
+    for (name, _address), host in zip(ssh_cluster["hosts"], ssh_cluster["nodes"], strict=True):
         address = ssh_cluster["addresses"][name]
         found = subprocess.run(
             ["ssh-keygen", "-F", address, "-f", known_hosts], capture_output=True, text=True, check=False
@@ -266,7 +266,7 @@ def test_the_keyscan_wrote_each_nodes_own_key_under_the_address_ansible_connects
 @pytest.mark.parametrize("known", ["empty", "other keys"])
 def test_preflight_is_refused_when_known_hosts_does_not_hold_the_nodes_keys(quickstart, ssh_cluster, tmp_path, known):
     assert quickstart.returncode == 0, quickstart.stderr[-3000:]
-    _, preflight = steps_to_preflight(quickstart_block())
+    _lines, preflight = steps_to_preflight(quickstart_block())
     text = ""
     if known == "other keys":  # as after a node was reinstalled, or another machine took its address
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", tmp_path / "other"], check=True)
@@ -281,5 +281,5 @@ def test_preflight_is_refused_when_known_hosts_does_not_hold_the_nodes_keys(quic
     if known == "other keys":
         assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in output, output[-6000:]
     counts = recap(result.stdout)
-    assert sorted(counts) == sorted(name for name, _ in ssh_cluster["hosts"]), output[-6000:]
+    assert sorted(counts) == sorted(name for name, _address in ssh_cluster["hosts"]), output[-6000:]
     assert all(count["unreachable"] == 1 for count in counts.values()), counts
