@@ -1,6 +1,14 @@
-"""instinct-serve-wheels, the builder's wheel share: only the named files, until the expected
-transfers are done or the time is up."""
+"""instinct-serve-wheels, the builder's wheel share (issue 32, finding 5): it binds the one address it
+is given, serves a file only to a peer that sends the secret the controller made for it this run and
+whose list holds the file, counts only complete transfers owed to a peer, and ends when every peer
+has every file of its list, at its deadline, or when no peer has asked for a while.
 
+The attack it was open to: any client's GET of a served wheel counted toward the expected transfers,
+so one stray fetch ended the server and the real peer's fetch failed (the stack stage then stopped on
+every node)."""
+
+import json
+import socket
 import subprocess
 import time
 import urllib.error
@@ -8,12 +16,22 @@ import urllib.request
 
 import pytest
 
+from instinct_node_tools.serve_wheels import PlanError, Share, read_plan
 
-def fetch(url, deadline):
-    """GET ``url``, retrying while the server is not up yet; returns (status, body)."""
+TORCH = "torch-2.13.0-cp311-linux_x86_64.whl"
+DS = "deepspeed-0.16.9-cp311-linux_x86_64.whl"
+SECRET2 = "s2-" + "a" * 40
+SECRET3 = "s3-" + "b" * 40
+
+
+def fetch(url, deadline, token=None):
+    """GET ``url`` (with the peer's secret when given), retrying while the server is not up yet;
+    returns (status, body)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     while True:
         try:
-            with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 - a local http URL
+            request = urllib.request.Request(url, headers=headers)  # noqa: S310 - a local http URL
+            with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - a local http URL
                 return answer.status, answer.read()
         except urllib.error.HTTPError as error:
             return error.code, b""
@@ -25,30 +43,189 @@ def fetch(url, deadline):
 
 @pytest.fixture
 def wheels(tmp_path):
-    (tmp_path / "torch-2.13.0-cp311-linux_x86_64.whl").write_bytes(b"wheel" * 1000)
+    (tmp_path / TORCH).write_bytes(b"torch" * 1000)
+    (tmp_path / DS).write_bytes(b"ds" * 700)
     (tmp_path / "secret.txt").write_text("not shared")
     return tmp_path
 
 
-def test_the_named_wheels_are_served_until_the_expected_transfers_are_done(node_tools, wheels, free_port):
+class Server:
+    """instinct-serve-wheels started as the role starts it: arguments, and the plan on stdin."""
+
+    def __init__(self, node_tools, wheels, port, plan, *, deadline=60, idle=60, address="127.0.0.1"):  # noqa: PLR0913
+        argv = [
+            str(node_tools.script("instinct-serve-wheels")), str(wheels), address, str(port),
+            "--deadline", str(deadline), "--idle", str(idle),
+        ]  # fmt: skip
+        self.plan = plan
+        self.url = f"http://{address}:{port}"
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self.process.stdin.write(json.dumps(plan) + "\n")
+        self.process.stdin.close()
+
+    def get(self, name, token=None, timeout=30):
+        return fetch(f"{self.url}/{name}", time.monotonic() + timeout, token)
+
+    def finish(self, timeout=30):
+        try:
+            self.process.wait(timeout=timeout)
+        finally:
+            self.process.kill()
+        out, err = self.process.stdout.read(), self.process.stderr.read()
+        for entry in self.plan.values():
+            assert entry["token"] not in out + err, "a secret reached the server's output"
+        return self.process.returncode, out.splitlines(), err
+
+    def running(self):
+        return self.process.poll() is None
+
+
+def test_a_stray_get_does_not_disturb_distribution(node_tools, wheels, free_port):
+    """The reproduced attack: a stray GET of the served wheel, then the real peer's fetch. Before the
+    fix the stray GET got the wheel and counted, the server ended, and the peer's fetch was refused."""
+    server = Server(node_tools, wheels, free_port(), {"node2": {"token": SECRET2, "files": [TORCH, DS]}})
+    # Strays: no secret, a wrong one, the wrong scheme; and the peer's secret for what it does not fetch.
+    assert server.get(TORCH) == (403, b"")
+    assert server.get(TORCH, token="not-" + SECRET2) == (403, b"")
+    assert fetch(f"{server.url}/{TORCH}", time.monotonic() + 5, None) == (403, b"")
+    assert server.get("secret.txt", token=SECRET2) == (404, b"")
+    assert server.get(f"../{wheels.name}/{TORCH}", token=SECRET2) == (404, b"")
+    time.sleep(1)  # the server would have ended here if a stray had counted
+    assert server.running()
+    # The real peer still gets every file, and the server ends when it has.
+    assert server.get(TORCH, token=SECRET2) == (200, b"torch" * 1000)
+    assert server.running()
+    assert server.get(DS, token=SECRET2) == (200, b"ds" * 700)
+    status, lines, err = server.finish()
+    assert status == 0, err
+    assert lines[0] == f"serving 2 wheel(s) of {wheels} on {server.url[7:]} to 1 peer(s) for 2 transfer(s)"
+    assert sum(line.startswith("refused GET ") and line.endswith(": no valid secret") for line in lines) == 3
+    assert any(line.startswith(f"sent {TORCH} (5000 bytes) to node2 (127.0.0.1) in ") for line in lines)
+    assert any(line.startswith(f"sent {DS} (1400 bytes) to node2 (127.0.0.1) in ") for line in lines)
+    assert lines[-1] == "refused 3 request(s) without a valid secret (not counted)"
+
+
+def test_each_peer_is_counted_by_its_own_list_and_a_retry_counts_once(node_tools, wheels, free_port):
+    plan = {"node2": {"token": SECRET2, "files": [TORCH]}, "node3": {"token": SECRET3, "files": [TORCH, DS]}}
+    server = Server(node_tools, wheels, free_port(), plan)
+    # node2 fetches its wheel three times (retries after a bad checksum, say): one transfer owed to node2,
+    # never node3's. node3's secret does not open another peer's list either: it is node3's own list.
+    for _attempt in range(3):
+        assert server.get(TORCH, token=SECRET2) == (200, b"torch" * 1000)
+    assert server.get(DS, token=SECRET2) == (404, b"")
+    time.sleep(1)
+    assert server.running()
+    assert server.get(TORCH, token=SECRET3)[0] == 200
+    assert server.running()
+    assert server.get(DS, token=SECRET3)[0] == 200
+    status, lines, err = server.finish()
+    assert status == 0, err
+    assert lines[0].endswith("to 2 peer(s) for 3 transfer(s)")
+
+
+def test_it_binds_only_the_address_it_is_given(node_tools, wheels, free_port):
     port = free_port()
-    name = "torch-2.13.0-cp311-linux_x86_64.whl"
-    argv = [str(node_tools.script("instinct-serve-wheels")), str(wheels), "127.0.0.1", str(port), "1", "60", name]
-    server = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        assert fetch(f"http://127.0.0.1:{port}/secret.txt", deadline) == (404, b"")
-        assert fetch(f"http://127.0.0.1:{port}/{name}", deadline) == (200, b"wheel" * 1000)
-        out, err = server.communicate(timeout=30)
-    finally:
-        server.kill()
-    assert server.returncode == 0, err
-    lines = out.splitlines()
-    assert lines[0] == f"serving 1 wheel(s) of {wheels} on 127.0.0.1:{port} for 1 transfer(s)"
-    assert lines[1].startswith(f"sent {name} (5000 bytes) to 127.0.0.1 in ")
+    server = Server(node_tools, wheels, port, {"node2": {"token": SECRET2, "files": [TORCH]}})
+    assert server.get("secret.txt", token=SECRET2) == (404, b"")  # up, on 127.0.0.1
+    # Another address of this machine (127.0.0.2, the loopback network's) is not listened on.
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.2", port), timeout=5):
+        pass
+    assert server.get(TORCH, token=SECRET2)[0] == 200
+    status, _lines, err = server.finish()
+    assert status == 0, err
 
 
-def test_without_the_expected_transfers_it_gives_up_with_status_3(node_tools, wheels, free_port):
-    done = node_tools.run("instinct-serve-wheels", wheels, "127.0.0.1", free_port(), 2, 0.5, "a.whl")
-    assert done.returncode == 3
-    assert done.stdout.splitlines()[-1] == "gave up after 0 s with 0 of 2 transfers done"
+def test_at_the_deadline_it_gives_up_naming_what_was_not_fetched(node_tools, wheels, free_port):
+    plan = {"node2": {"token": SECRET2, "files": [TORCH]}, "node3": {"token": SECRET3, "files": [DS]}}
+    server = Server(node_tools, wheels, free_port(), plan, deadline=3, idle=60)
+    # A peer that keeps asking does not keep it alive past its deadline.
+    assert server.get(TORCH, token=SECRET2)[0] == 200
+    status, lines, _err = server.finish()
+    assert status == 3
+    assert lines[-1] == (
+        "gave up after 3 s (the deadline) with 1 of 2 transfers done; not fetched: node3 "
+        f"({DS}). See docs/runbooks/wheel-build-failed.md"
+    )
+
+
+def test_after_an_aborted_play_it_ends_when_no_peer_asks(node_tools, wheels, free_port):
+    """The play that started it was aborted: no peer comes. It ends after the idle time, not the
+    hour of its deadline; a stray's requests do not keep it alive."""
+    server = Server(node_tools, wheels, free_port(), {"node2": {"token": SECRET2, "files": [TORCH]}}, idle=2)
+    started = time.monotonic()
+    for _stray in range(3):
+        assert server.get(TORCH)[0] == 403
+        time.sleep(0.5)
+    status, lines, _err = server.finish()
+    assert status == 3
+    assert time.monotonic() - started < 20
+    assert lines[-1].startswith("gave up: no peer asked for a wheel for 2 s, with 0 of 1 transfers done; not fetched: ")
+
+
+def test_a_port_in_use_is_refused_with_the_cause(node_tools, wheels):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        server = Server(node_tools, wheels, port, {"node2": {"token": SECRET2, "files": [TORCH]}})
+        status, lines, _err = server.finish()
+    assert status == 4
+    assert lines[-1].startswith(f"cannot listen on 127.0.0.1:{port}: ")
+    assert "Another run's wheel server still holds the port" in lines[-1]
+
+
+@pytest.mark.parametrize(
+    ("plan", "message"),
+    [
+        ("not json", "the plan on stdin is not JSON"),
+        ({}, "the plan on stdin names no peer"),
+        ({"node2": {"token": "short", "files": [TORCH]}}, "peer node2: no secret of at least 24 characters"),
+        ({"node2": {"token": SECRET2, "files": []}}, "peer node2: no file to fetch"),
+        ({"node2": {"token": SECRET2, "files": ["../etc/passwd"]}}, "peer node2: '../etc/passwd' is not a file name"),
+        ({"node2": {"token": SECRET2, "files": ["missing.whl"]}}, "peer node2: missing.whl is not in "),
+        (
+            {"node2": {"token": SECRET2, "files": [TORCH]}, "node3": {"token": SECRET2, "files": [TORCH]}},
+            "peer node3: its secret is another peer's",
+        ),
+    ],
+)
+def test_a_bad_plan_is_refused(wheels, plan, message):
+    with pytest.raises(PlanError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        read_plan(plan if isinstance(plan, str) else json.dumps(plan), str(wheels))
+
+
+def test_the_installed_script_refuses_a_bad_plan_with_status_2(node_tools, wheels, free_port):
+    done = node_tools.run(
+        "instinct-serve-wheels", wheels, "127.0.0.1", free_port(), "--deadline", 5, "--idle", 5, input="{}"
+    )
+    assert done.returncode == 2
+    assert done.stdout.strip() == (
+        "cannot serve: the plan on stdin names no peer. See docs/runbooks/wheel-build-failed.md"
+    )
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_the_idle_time_runs_only_while_no_transfer_runs():
+    clock = Clock()
+    share = Share({"n2": {"token": SECRET2, "files": [TORCH]}}, deadline=3600, idle=60, clock=clock)
+    share.begin()
+    clock.now += 600  # a slow transfer of a big wheel: not idle
+    assert share.verdict() is None
+    share.end("n2", TORCH, complete=False)  # it broke: still owed
+    clock.now += 59
+    assert share.verdict() is None
+    clock.now += 1
+    assert share.verdict()[0] == 3
+    assert share.peer_of(f"Bearer {SECRET2}") == "n2"
+    assert share.peer_of(f"bearer {SECRET2}") == "n2"
+    assert share.peer_of(SECRET2) is None
+    assert share.peer_of(None) is None
