@@ -514,7 +514,27 @@ def job_files(job, node):
         "train": train,
         "deepspeed": ds_config,
         "fingerprint": fingerprint(trained, ds_config),
+        "settings": fingerprinted_settings(trained, ds_config),
     }
+
+
+def fingerprinted_settings(trained, ds_config=None):
+    """What the fingerprint is a hash of, as one flat mapping (``learning_rate``, ``lora_rank``,
+    ``ds_config.zero_optimization.stage``...): the job's launch history keeps it, so that a refused or
+    forced resume can name the settings that changed, not only two hashes."""
+    flat = {}
+    _flatten(trained, "", flat)
+    if ds_config is not None:
+        _flatten(ds_config, "ds_config.", flat)
+    return flat
+
+
+def _flatten(document, prefix, flat):
+    for key, value in document.items():
+        if isinstance(value, dict) and value:
+            _flatten(value, f"{prefix}{key}.", flat)
+        else:
+            flat[f"{prefix}{key}"] = value
 
 
 def parse_env_file(text):

@@ -135,43 +135,121 @@ def node_state(unit, exit_record, fingerprint_on_node, fingerprint_wanted):
     return "failed"
 
 
-def plan_launch(statuses, ranks, wanted=""):
+def settings_differences(launched, wanted):
+    """The training settings of two launches that differ, as [(setting, then, now)] by name; a
+    setting one of them lacks reads None. Both are ``jobspec.fingerprinted_settings`` mappings."""
+    launched, wanted = launched or {}, wanted or {}
+    return [
+        (key, launched.get(key), wanted.get(key))
+        for key in sorted(set(launched) | set(wanted))
+        if launched.get(key) != wanted.get(key)
+    ]
+
+
+def _shown(value):
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+# A refusal names this many changed settings, then how many more there are.
+SHOWN_SETTINGS = 6
+
+
+def settings_change(launched, wanted, fingerprints=("", "")):
+    """In words, what changed between the settings a job's checkpoints were saved with and this
+    run's: ``learning_rate 0.005 (now 0.001), lora_rank 8 (now 16)``. Without the settings of the
+    launch (a launch of an earlier release kept only their fingerprint), the two fingerprints."""
+    found = settings_differences(launched, wanted) if launched and wanted else []
+    if not found:
+        then, now = fingerprints
+        return f"settings fingerprint {then} (now {now})"
+    words = [f"{key} {_shown(old)} (now {_shown(new)})" for key, old, new in found[:SHOWN_SETTINGS]]
+    if len(found) > SHOWN_SETTINGS:
+        words.append(f"and {len(found) - SHOWN_SETTINGS} more")
+    return ", ".join(words)
+
+
+def launched_settings(history_text, record):
+    """The training settings of the launch whose record is ``record`` (a node's fingerprint file),
+    from the job's launch history (one JSON object a line, appended at every launch; see the finetune
+    role's launch step): the last entry of the same settings' fingerprint. Empty when the history has
+    none (a job launched by an earlier release); torn or foreign lines are skipped."""
+    fingerprint, _parts = parse_launch_record(record)
+    if not fingerprint:
+        return {}
+    for raw in reversed((history_text or "").splitlines()):
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict) or not isinstance(entry.get("settings"), dict):
+            continue
+        if parse_launch_record(str(entry.get("record", "")))[0] == fingerprint:
+            return entry["settings"]
+    return {}
+
+
+def _plan(action, reason, **details):
+    """A plan: ``fix`` says what lifts a refusal (``rename``: a new job name, or the job folder moved
+    aside; ``force``: that, or ``finetune_resume: force``; ``wait``: the running job ended or
+    stopped); ``forced`` names the settings a forced resume changed."""
+    return {"action": action, "resume_step": None, "stop": [], "reason": reason, "fix": "", "forced": "", **details}
+
+
+def plan_launch(statuses, ranks, wanted="", settings=None, force=False):
     """What to do with a job, given every node's status, rank order first.
 
-    Returns {action, resume_step, reason, stop}: ``skip`` when every node finished this exact job,
-    ``attach`` when every node runs it, ``refuse`` when it finished with other settings, and
-    ``launch`` otherwise, resuming from the newest checkpoint that is complete on every node.
-    ``stop`` lists the nodes whose rank must be stopped first (a half-running job cannot continue).
+    Returns {action, resume_step, reason, stop, fix, forced}: ``skip`` when every node finished this
+    exact job, ``attach`` when every node runs it, ``refuse`` when it finished with other settings,
+    runs with other settings, or its checkpoints were saved with other ones, and ``launch``
+    otherwise, resuming from the newest checkpoint that is complete on every node. ``stop`` lists the
+    nodes whose rank must be stopped first (a half-running job cannot continue).
+
+    ``wanted`` is this run's launch record and ``settings`` its training settings (they name what
+    changed). Checkpoints saved with other training settings are resumed only with ``force``
+    (``finetune_resume: force``), and the plan's ``forced`` then says what changed; checkpoints of
+    another world size or dataset cannot load, whatever ``force`` says.
     """
     states = {host: statuses[host]["state"] for host in ranks}
+
+    def change(host):
+        on_node = statuses[host].get("fingerprint", "")
+        return settings_change(statuses[host].get("launched_settings"), settings,
+                               (parse_launch_record(on_node)[0], parse_launch_record(wanted)[0]))  # fmt: skip
+
     if all(state == "succeeded" for state in states.values()):
-        return {"action": "skip", "resume_step": None, "stop": [], "reason": "finished on every node"}
+        return _plan("skip", "finished on every node")
     if any(state == "stale" for state in states.values()):
         stale = sorted(host for host, state in states.items() if state == "stale")
-        return {
-            "action": "refuse",
-            "resume_step": None,
-            "stop": [],
-            "reason": f"finished with other settings on {', '.join(stale)}",
-        }
+        what = f": {change(stale[0])}" if settings and statuses[stale[0]].get("launched_settings") else ""
+        return _plan("refuse", f"finished with other settings on {', '.join(stale)}{what}", fix="rename")
     if all(state == "running" for state in states.values()):
-        return {"action": "attach", "resume_step": None, "stop": [], "reason": "running on every node"}
-    # Checkpoints saved at another world size (ZeRO-3's and FSDP's optimizer partitions, the data
-    # order) or on another dataset cannot be resumed: refused before anything changes.
-    if wanted:
+        # Attaching would rewrite the running job's files and record with settings it does not train
+        # with, and its end would then read as another job's.
         for host in ranks:
-            if not statuses[host].get("checkpoints"):
-                continue
-            differ = record_differences(statuses[host].get("fingerprint", ""), wanted)
-            moved = {key: value for key, value in differ.items() if key != "settings"}
-            if moved:
-                what = ", ".join(f"{key} {old} (now {new})" for key, (old, new) in moved.items())
-                return {
-                    "action": "refuse",
-                    "resume_step": None,
-                    "stop": [],
-                    "reason": f"its checkpoints on {host} were saved with {what}",
-                }
+            differ = record_differences(statuses[host].get("fingerprint", ""), wanted) if wanted else {}
+            if differ:
+                return _plan("refuse", f"it runs on {host} with other settings: {_differences(differ, change(host))}",
+                             fix="wait")  # fmt: skip
+        return _plan("attach", "running on every node")
+    forced = ""
+    # Checkpoints saved at another world size (ZeRO-3's and FSDP's optimizer partitions, the data
+    # order) or on another dataset cannot be resumed; with other training settings (a model, a LoRA
+    # rank, a learning rate...) they are resumed only when the operator forces it. Refused before
+    # anything changes.
+    for host in ranks if wanted else ():
+        if not statuses[host].get("checkpoints"):
+            continue
+        differ = record_differences(statuses[host].get("fingerprint", ""), wanted)
+        moved = {key: value for key, value in differ.items() if key != "settings"}
+        if moved or ("settings" in differ and not force):
+            return _plan("refuse", f"its checkpoints on {host} were saved with {_differences(differ, change(host))}",
+                         fix="rename" if moved else "force")  # fmt: skip
+        if "settings" in differ and not forced:
+            forced = f"its checkpoints on {host} were saved with other training settings: {change(host)}"
     stop = [host for host in ranks if states[host] == "running"]
     common = None
     for host in ranks:
@@ -179,7 +257,50 @@ def plan_launch(statuses, ranks, wanted=""):
         common = steps if common is None else common & steps
     resume = max(common) if common else None
     reason = f"resume from checkpoint-{resume}" if resume is not None else "start"
-    return {"action": "launch", "resume_step": resume, "stop": stop, "reason": reason}
+    if forced:
+        reason += f", forced (finetune_resume: force): {forced}"
+    return _plan("launch", reason, resume_step=resume, stop=stop, forced=forced)
+
+
+def _differences(differ, settings_text):
+    """What differs between two launch records in words, the training settings last."""
+    words = [f"{key} {old} (now {new})" for key, (old, new) in differ.items() if key != "settings"]
+    if "settings" in differ:
+        words.append(f"other training settings: {settings_text}")
+    return " and ".join(words)
+
+
+# --- One job at a time on a node (issue 32) -----------------------------------------------------
+
+
+def other_jobs(running, job):
+    """The jobs other than ``job`` whose unit runs on the given nodes, as {job: [nodes]}, from each
+    node's running job names (the running_jobs module's ``jobs``), in the nodes' order."""
+    found = {}
+    for host, names in running.items():
+        for name in names or ():
+            if name != job:
+                found.setdefault(name, []).append(host)
+    return found
+
+
+def other_jobs_problem(running, job, host="", runbook="docs/runbooks/finetune-job.md"):
+    """Why ``job`` may not start while other jobs train on its nodes ("" when none does): their ranks
+    hold the nodes' GPUs and the rendezvous port. Running the same job again re-attaches to it, so
+    only other names count."""
+    others = other_jobs(running, job)
+    if not others:
+        return ""
+    where = f"{host}: " if host else ""
+    training = "; ".join(f"job {name} is training on {', '.join(hosts)} (unit instinct-finetune-{name}.service)"
+                         for name, hosts in sorted(others.items()))  # fmt: skip
+    return (
+        f"{where}job {job} is refused before any change: {training}. A second job on the same nodes would "
+        "compete with it for their GPUs and the master port. Let it end (running finetune.yml with its own "
+        "job file re-attaches to it and watches it), stop it on every node (systemctl stop "
+        "instinct-finetune-<job>.service: its checkpoints stay, and running its job again resumes from "
+        f"them), or run job {job} on other nodes (--limit). See {runbook}"
+    )
 
 
 def round_summary(statuses, ranks):

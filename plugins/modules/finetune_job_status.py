@@ -54,6 +54,12 @@ options:
         of its last optimizer step; read for RV(idle_seconds). Empty to leave it out.
     type: path
     default: ""
+  history_file:
+    description:
+      - The job's launch history (one JSON object a line, appended at every launch with the settings it
+        trained with), read for RV(launched_settings). Empty to leave it out.
+    type: path
+    default: ""
   wait_seconds:
     description:
       - While the job runs on this node, keep reading for up to this many seconds and return as soon
@@ -100,6 +106,14 @@ fingerprint:
   description: The fingerprint the job was launched with, empty if never launched.
   returned: always
   type: str
+launched_settings:
+  description:
+    - The training settings of the launch in O(fingerprint_file), from O(history_file) (its last entry
+      of the same settings' fingerprint), so that a refusal can name what changed. Empty without a
+      history file or an entry for that launch (a launch of an earlier release).
+  returned: always
+  type: dict
+  sample: {"learning_rate": 0.0001, "lora_rank": 8, "ds_config.zero_optimization.stage": 3}
 progress:
   description: Latest step, total steps, percentage, loss, eval loss, times, and the loss curve as [step, loss] pairs.
   returned: always
@@ -148,6 +162,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.instinct.finetune.plugins.module_utils.jobstate import (
     checkpoints,
     idle_seconds,
+    launched_settings,
     node_state,
     parse_exit_record,
     parse_rank_progress,
@@ -265,6 +280,7 @@ def main():
             "log_path": {"type": "path", "required": True},
             "tail_lines": {"type": "int", "default": 25},
             "metrics_dir": {"type": "path", "default": ""},
+            "history_file": {"type": "path", "default": ""},
             "wait_seconds": {"type": "int", "default": 0},
         },
         supports_check_mode=True,
@@ -279,12 +295,14 @@ def main():
         time.sleep(min(POLL_SECONDS, max(deadline - time.monotonic(), 0)))
     trainer_log = _read(os.path.join(params["output_dir"], "trainer_log.jsonl"))
     running = state == "running"
+    history = _read(params["history_file"]) if params["history_file"] else None
     module.exit_json(
         changed=False,
         state=state,
         unit=unit,
         exit=exit_record,
         fingerprint=launched_with,
+        launched_settings=launched_settings(history, launched_with),
         progress=progress(parse_trainer_log(trainer_log)),
         checkpoints=checkpoints(_checkpoint_listing(params["output_dir"])),
         log_tail=_tail(params["log_path"], params["tail_lines"]),

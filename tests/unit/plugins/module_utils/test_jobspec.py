@@ -16,7 +16,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.instinct.finetune.plugins.filter.evaluate import FilterModule as EvaluateFilters
 from ansible_collections.instinct.finetune.plugins.filter.finetune import FilterModule
-from ansible_collections.instinct.finetune.plugins.module_utils import jobspec
+from ansible_collections.instinct.finetune.plugins.module_utils import jobspec, jobstate
 from tests.unit.conftest import ROOT
 
 ROLE = ROOT / "roles" / "finetune"
@@ -529,44 +529,45 @@ def test_clipping_at_the_trainers_default_keeps_a_ddp_jobs_fingerprint_and_other
     assert job_files({**ddp, "max_grad_norm": 0.5}, node())["fingerprint"] != default
 
 
-@pytest.mark.parametrize(
-    ("setting", "value"),
-    [
-        ("dataset_name", "other_data"),
-        ("stage", "pt"),
-        ("template", "llama3"),
-        ("finetuning_type", "full"),
-        ("lora_rank", 16),
-        ("lora_target", "q_proj,v_proj"),
-        ("cutoff_len", 2048),
-        ("per_device_train_batch_size", 4),
-        ("gradient_accumulation_steps", 8),
-        ("learning_rate", 2.0e-4),
-        ("num_train_epochs", 1.0),
-        ("max_steps", 100),
-        ("lr_scheduler_type", "linear"),
-        ("warmup_ratio", 0.0),
-        ("gradient_checkpointing", False),
-        ("bf16", False),
-        ("plot_loss", False),
-        ("val_size", 0.2),
-        ("eval_steps", 25),
-        ("per_device_eval_batch_size", 2),
-        ("logging_steps", 5),
-        ("save_steps", 50),
-        ("save_total_limit", 1),
-        ("seed", 7),
-        ("extra_args", {"dataloader_num_workers": 0}),
-        ("strategy", "fsdp"),
-        ("strategy", "ddp"),
-        ("deepspeed_offload_optimizer", True),
-        ("deepspeed_offload_param", True),
-        ("deepspeed_extra", {"steps_per_print": 50}),
-        ("max_grad_norm", 0.5),
-        ("max_grad_norm", 0),
-        ("deepspeed_gather_16bit_weights", False),
-    ],
-)
+# One change of each setting of the job that trains differently.
+FINGERPRINTED_CHANGES = [
+    ("dataset_name", "other_data"),
+    ("stage", "pt"),
+    ("template", "llama3"),
+    ("finetuning_type", "full"),
+    ("lora_rank", 16),
+    ("lora_target", "q_proj,v_proj"),
+    ("cutoff_len", 2048),
+    ("per_device_train_batch_size", 4),
+    ("gradient_accumulation_steps", 8),
+    ("learning_rate", 2.0e-4),
+    ("num_train_epochs", 1.0),
+    ("max_steps", 100),
+    ("lr_scheduler_type", "linear"),
+    ("warmup_ratio", 0.0),
+    ("gradient_checkpointing", False),
+    ("bf16", False),
+    ("plot_loss", False),
+    ("val_size", 0.2),
+    ("eval_steps", 25),
+    ("per_device_eval_batch_size", 2),
+    ("logging_steps", 5),
+    ("save_steps", 50),
+    ("save_total_limit", 1),
+    ("seed", 7),
+    ("extra_args", {"dataloader_num_workers": 0}),
+    ("strategy", "fsdp"),
+    ("strategy", "ddp"),
+    ("deepspeed_offload_optimizer", True),
+    ("deepspeed_offload_param", True),
+    ("deepspeed_extra", {"steps_per_print": 50}),
+    ("max_grad_norm", 0.5),
+    ("max_grad_norm", 0),
+    ("deepspeed_gather_16bit_weights", False),
+]
+
+
+@pytest.mark.parametrize(("setting", "value"), FINGERPRINTED_CHANGES)
 def test_fingerprint_changes_with_any_setting(setting, value):
     assert (
         job_files(role_job(**{setting: value}), node())["fingerprint"] != job_files(role_job(), node())["fingerprint"]
@@ -579,6 +580,38 @@ def test_fingerprint_changes_with_any_setting(setting, value):
 )
 def test_fingerprint_changes_with_the_node(change):
     assert job_files(role_job(), node(**change))["fingerprint"] != job_files(role_job(), node())["fingerprint"]
+
+
+# The settings the job's launch history keeps (issue 32): what the fingerprint is a hash of, flat, so
+# that a refused or forced resume names what changed.
+
+
+def test_the_recorded_settings_name_what_changed_the_fingerprint():
+    base = job_files(role_job(), node())["settings"]
+    changed = job_files(role_job(learning_rate=2.0e-4, lora_rank=16), node(model="meta-llama/Llama-3.2-1B"))
+    assert jobstate.settings_differences(base, changed["settings"]) == [
+        ("learning_rate", 0.0001, 0.0002),
+        ("lora_alpha", 16, 32),  # LoRA's alpha follows the rank (2 x rank) unless set
+        ("lora_rank", 8, 16),
+        ("model_name_or_path", MODEL, "meta-llama/Llama-3.2-1B"),
+    ]
+    zero3 = job_files(role_job(deepspeed_offload_optimizer=True), node())["settings"]
+    assert jobstate.settings_differences(base, zero3) == [
+        ("ds_config.zero_optimization.offload_optimizer.device", None, "cpu"),
+        ("ds_config.zero_optimization.offload_optimizer.pin_memory", None, True),
+    ]
+
+
+@pytest.mark.parametrize(("setting", "value"), FINGERPRINTED_CHANGES)
+def test_the_recorded_settings_change_with_any_setting_that_changes_the_fingerprint(setting, value):
+    assert job_files(role_job(**{setting: value}), node())["settings"] != job_files(role_job(), node())["settings"]
+
+
+@pytest.mark.parametrize("change", [{"count_tokens": False}, {"ddp_timeout_minutes": 5}, {"max_grad_norm": "1.0"}])
+def test_what_leaves_the_fingerprint_alone_leaves_the_recorded_settings_alone(change):
+    job = role_job(strategy="ddp")
+    assert job_files({**job, **change}, node())["fingerprint"] == job_files(job, node())["fingerprint"]
+    assert job_files({**job, **change}, node())["settings"] == job_files(job, node())["settings"]
 
 
 def test_perplexity():

@@ -1,13 +1,18 @@
 """Where a fine-tune job stands (module_utils/jobstate.py), on recordings of a real two-node
 LLaMA-Factory run (tests/fixtures/finetune/SOURCES.md), and the filters that decide for the job."""
 
+import json
+
 import pytest
 
 from ansible_collections.instinct.finetune.plugins.filter.finetune import FilterModule
 from ansible_collections.instinct.finetune.plugins.module_utils.jobstate import (
     checkpoints,
     launch_record,
+    launched_settings,
     node_state,
+    other_jobs,
+    other_jobs_problem,
     parse_exit_record,
     parse_launch_record,
     parse_systemctl_show,
@@ -18,8 +23,11 @@ from ansible_collections.instinct.finetune.plugins.module_utils.jobstate import 
     rank_order,
     root_errors,
     round_summary,
+    settings_change,
+    settings_differences,
 )
 from tests.unit.conftest import FIXTURES
+from tests.unit.plugins.module_utils.test_jobspec import job_files, sandbox_job, sandbox_node
 
 TRAINER_LOG = (FIXTURES / "finetune" / "trainer_log.jsonl").read_text(encoding="utf-8")
 FILTERS = FilterModule().filters()
@@ -284,7 +292,8 @@ RANKS = ["node1", "node2"]
 
 def test_plan_skips_a_job_finished_on_every_node():
     plan = plan_launch({"node1": status("succeeded", [10]), "node2": status("succeeded", [10])}, RANKS)
-    assert plan == {"action": "skip", "resume_step": None, "stop": [], "reason": "finished on every node"}
+    assert plan == {"action": "skip", "resume_step": None, "stop": [], "reason": "finished on every node", "fix": "",
+                    "forced": ""}  # fmt: skip
 
 
 @pytest.mark.parametrize("other", ["succeeded", "failed", "running", "absent"])
@@ -293,11 +302,13 @@ def test_plan_refuses_a_job_finished_with_other_settings(other):
     assert plan["action"] == "refuse"
     assert plan["reason"] == "finished with other settings on node2"
     assert plan["stop"] == []
+    assert plan["fix"] == "rename"
 
 
 def test_plan_attaches_to_a_job_running_on_every_node():
     plan = plan_launch({"node1": status("running", [10]), "node2": status("running", [10])}, RANKS)
-    assert plan == {"action": "attach", "resume_step": None, "stop": [], "reason": "running on every node"}
+    assert plan == {"action": "attach", "resume_step": None, "stop": [], "reason": "running on every node", "fix": "",
+                    "forced": ""}  # fmt: skip
 
 
 def test_plan_relaunches_a_half_running_job_from_the_newest_checkpoint_complete_everywhere():
@@ -307,7 +318,8 @@ def test_plan_relaunches_a_half_running_job_from_the_newest_checkpoint_complete_
         "node2": status("failed", complete=[10, 20, 30], at=1796273101.3),
     }
     plan = plan_launch(statuses, RANKS)
-    assert plan == {"action": "launch", "resume_step": 20, "stop": ["node1"], "reason": "resume from checkpoint-20"}
+    assert plan == {"action": "launch", "resume_step": 20, "stop": ["node1"], "reason": "resume from checkpoint-20",
+                    "fix": "", "forced": ""}  # fmt: skip
 
 
 def test_plan_stops_the_running_ranks_in_rank_order():
@@ -332,7 +344,7 @@ def test_plan_stops_the_running_ranks_in_rank_order():
 )
 def test_plan_starts_afresh_without_a_checkpoint_complete_on_every_node(statuses):
     plan = plan_launch(statuses, RANKS)
-    assert plan == {"action": "launch", "resume_step": None, "stop": [], "reason": "start"}
+    assert plan == {"action": "launch", "resume_step": None, "stop": [], "reason": "start", "fix": "", "forced": ""}
 
 
 def test_plan_filter_reads_the_status_every_rank_registered():
@@ -450,19 +462,191 @@ def test_checkpoints_saved_at_another_world_size_are_not_resumed():
     plan = plan_launch({"node1": saved, "node2": dict(saved)}, RANKS, RECORD)
     assert plan["action"] == "refuse"
     assert plan["reason"] == "its checkpoints on node1 were saved with world_size 4 (now 2)"
-
-
-def test_checkpoints_of_changed_settings_at_the_same_world_size_resume_as_before():
-    # A changed learning rate, say: the documented behaviour (the job resumes with the new settings).
-    saved = dict(
-        status("failed", [10, 20], at=5), fingerprint=launch_record("0" * 16, 2, "5d41402abc4b2a76b9719d911017c592")
-    )
-    plan = plan_launch({"node1": saved, "node2": dict(saved)}, RANKS, RECORD)
-    assert (plan["action"], plan["resume_step"]) == ("launch", 20)
+    assert plan["fix"] == "rename"
 
 
 def test_a_fresh_job_is_launched_whatever_its_record():
     assert plan_launch({"node1": status("absent"), "node2": status("absent")}, RANKS, RECORD)["action"] == "launch"
+
+
+# --- a resume with other settings, and the history of launches (issue 32) ----------------------
+
+DATA = "5d41402abc4b2a76b9719d911017c592"
+# The sandbox job as launched, and again with another learning rate (the e2e suite's refused resume).
+LAUNCHED = job_files(sandbox_job(), sandbox_node())
+CHANGED = job_files({**sandbox_job(), "learning_rate": "1.0e-3"}, sandbox_node())
+LAUNCHED_RECORD = launch_record(LAUNCHED["fingerprint"], 2, DATA)
+CHANGED_RECORD = launch_record(CHANGED["fingerprint"], 2, DATA)
+
+
+def interrupted(record=LAUNCHED_RECORD, settings=LAUNCHED["settings"]):
+    """A node of the job killed after checkpoint-20, as finetune_job_status reads it with the history."""
+    return dict(status("failed", [20], at=5), fingerprint=record, launched_settings=settings)
+
+
+def test_the_changed_setting_is_the_only_difference_of_the_two_launches():
+    assert LAUNCHED["fingerprint"] != CHANGED["fingerprint"]
+    assert settings_differences(LAUNCHED["settings"], CHANGED["settings"]) == [("learning_rate", 0.005, 0.001)]
+    assert settings_differences(LAUNCHED["settings"], dict(LAUNCHED["settings"])) == []
+
+
+def test_a_resume_whose_learning_rate_changed_is_refused_naming_it_and_the_fix():
+    plan = plan_launch({"node1": interrupted(), "node2": interrupted()}, RANKS, CHANGED_RECORD, CHANGED["settings"])
+    assert plan["action"] == "refuse"
+    assert plan["reason"] == (
+        "its checkpoints on node1 were saved with other training settings: learning_rate 0.005 (now 0.001)"
+    )
+    # What lifts it: a new job name, or finetune_resume: force.
+    assert (plan["fix"], plan["forced"], plan["resume_step"], plan["stop"]) == ("force", "", None, [])
+
+
+def test_without_the_launchs_settings_the_refusal_names_the_two_fingerprints():
+    # A launch of an earlier release: its history has no entry, only the fingerprint file.
+    saved = interrupted(settings={})
+    plan = plan_launch({"node1": saved, "node2": dict(saved)}, RANKS, CHANGED_RECORD, CHANGED["settings"])
+    assert plan["action"] == "refuse"
+    assert plan["reason"].endswith(
+        f"other training settings: settings fingerprint {LAUNCHED['fingerprint']} (now {CHANGED['fingerprint']})"
+    )
+
+
+def test_a_forced_resume_goes_on_from_the_common_checkpoint_and_says_what_it_changed():
+    plan = plan_launch({"node1": interrupted(), "node2": interrupted()}, RANKS, CHANGED_RECORD, CHANGED["settings"],
+                       force=True)  # fmt: skip
+    assert (plan["action"], plan["resume_step"], plan["fix"]) == ("launch", 20, "")
+    assert plan["forced"] == (
+        "its checkpoints on node1 were saved with other training settings: learning_rate 0.005 (now 0.001)"
+    )
+    assert plan["reason"] == f"resume from checkpoint-20, forced (finetune_resume: force): {plan['forced']}"
+
+
+def test_the_same_settings_resume_without_force_and_record_nothing_forced():
+    plan = plan_launch({"node1": interrupted(), "node2": interrupted()}, RANKS, LAUNCHED_RECORD, LAUNCHED["settings"])
+    assert plan == {"action": "launch", "resume_step": 20, "stop": [], "reason": "resume from checkpoint-20",
+                    "fix": "", "forced": ""}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("record", "moved"),
+    [(launch_record(LAUNCHED["fingerprint"], 4, DATA), "world_size 4 (now 2)"),
+     (launch_record(LAUNCHED["fingerprint"], 2, "0" * 32), f"dataset_sha1 {'0' * 32} (now {DATA})")],
+)  # fmt: skip
+def test_force_does_not_resume_checkpoints_that_cannot_load(record, moved):
+    saved = interrupted(record)
+    plan = plan_launch({"node1": saved, "node2": dict(saved)}, RANKS, CHANGED_RECORD, CHANGED["settings"], force=True)
+    assert plan["action"] == "refuse"
+    assert plan["reason"] == (
+        f"its checkpoints on node1 were saved with {moved} and other training settings: learning_rate 0.005 (now 0.001)"
+    )
+    assert plan["fix"] == "rename"
+
+
+def test_a_job_that_never_saved_a_checkpoint_starts_with_its_new_settings():
+    saved = dict(status("failed", at=5), fingerprint=LAUNCHED_RECORD, launched_settings=LAUNCHED["settings"])
+    plan = plan_launch({"node1": saved, "node2": dict(saved)}, RANKS, CHANGED_RECORD, CHANGED["settings"])
+    assert (plan["action"], plan["resume_step"], plan["forced"]) == ("launch", None, "")
+
+
+def test_a_running_job_is_not_attached_to_with_other_settings():
+    running = dict(status("running", [20]), fingerprint=LAUNCHED_RECORD, launched_settings=LAUNCHED["settings"])
+    plan = plan_launch({"node1": running, "node2": dict(running)}, RANKS, CHANGED_RECORD, CHANGED["settings"])
+    assert plan["action"] == "refuse"
+    assert (
+        plan["reason"]
+        == "it runs on node1 with other settings: other training settings: learning_rate 0.005 (now 0.001)"
+    )
+    assert (plan["fix"], plan["stop"]) == ("wait", [])
+    # With the settings it runs with, the same job is re-attached to.
+    again = plan_launch({"node1": running, "node2": dict(running)}, RANKS, LAUNCHED_RECORD, LAUNCHED["settings"])
+    assert again["action"] == "attach"
+
+
+def test_a_finished_job_with_other_settings_names_them_and_force_does_not_retrain_it():
+    done = dict(status("stale", [60]), fingerprint=LAUNCHED_RECORD, launched_settings=LAUNCHED["settings"])
+    plan = plan_launch({"node1": done, "node2": dict(done)}, RANKS, CHANGED_RECORD, CHANGED["settings"], force=True)
+    assert plan["action"] == "refuse"
+    assert plan["reason"] == "finished with other settings on node1, node2: learning_rate 0.005 (now 0.001)"
+    assert plan["fix"] == "rename"
+
+
+def test_the_plan_filter_takes_the_settings_and_force_by_name():
+    hostvars = {host: {"finetune_status_raw": interrupted()} for host in RANKS}
+    refused = FILTERS["finetune_plan"](hostvars, RANKS, "finetune_status_raw", CHANGED_RECORD,
+                                       settings=CHANGED["settings"])  # fmt: skip
+    forced = FILTERS["finetune_plan"](hostvars, RANKS, "finetune_status_raw", CHANGED_RECORD,
+                                      settings=CHANGED["settings"], force=True)  # fmt: skip
+    assert (refused["action"], forced["action"], forced["resume_step"]) == ("refuse", "launch", 20)
+
+
+def test_settings_change_names_a_few_settings_then_counts_the_rest():
+    before = {f"s{n}": n for n in range(9)} | {"gone": True}
+    # A setting set to None reads as one left out: no difference.
+    after = {f"s{n}": n + 1 for n in range(9)} | {"new": None, "added": False}
+    assert settings_change(before, after) == (
+        "added unset (now false), gone true (now unset), s0 0 (now 1), s1 1 (now 2), s2 2 (now 3), s3 3 (now 4), "
+        "and 5 more"
+    )
+    assert settings_change({}, after, ("aaaa", "bbbb")) == "settings fingerprint aaaa (now bbbb)"
+
+
+def history_line(record, settings, **more):
+    return json.dumps({"at": "2026-12-03T04:40:00Z", "record": record, "settings": settings, **more})
+
+
+def test_the_launchs_settings_are_read_from_the_last_history_entry_of_its_fingerprint():
+    older = {"learning_rate": 0.01}
+    history = "\n".join([
+        history_line(LAUNCHED_RECORD, older),  # a collision cannot happen; the last entry wins anyway
+        history_line(CHANGED_RECORD, CHANGED["settings"], forced="..."),
+        '{"at": "2026-12-03T04:50:00Z", "record": "torn',  # cut off mid-line
+        "not json",
+        history_line(launch_record(LAUNCHED["fingerprint"], 4, DATA), LAUNCHED["settings"]),
+        "",
+    ])  # fmt: skip
+    # The same settings at another world size are the same settings.
+    assert launched_settings(history, LAUNCHED_RECORD) == LAUNCHED["settings"]
+    assert launched_settings(history, CHANGED_RECORD) == CHANGED["settings"]
+    assert launched_settings(history, launch_record("f" * 16, 2, DATA)) == {}
+    assert launched_settings(history, "") == {}
+    assert launched_settings(None, LAUNCHED_RECORD) == {}
+    assert launched_settings('[1, 2]\n{"record": "x", "settings": "no"}', LAUNCHED_RECORD) == {}
+
+
+# --- one job at a time on a node (issue 32) ----------------------------------------------------
+
+
+def test_other_jobs_lists_the_jobs_of_other_names_by_node():
+    running = {"node1": ["sandbox-fault"], "node2": ["other", "sandbox-fault"], "node3": []}
+    assert other_jobs(running, "sandbox-fault") == {"other": ["node2"]}
+    assert other_jobs(running, "new-job") == {"sandbox-fault": ["node1", "node2"], "other": ["node2"]}
+    assert other_jobs({"node1": None}, "new-job") == {}
+
+
+def test_a_second_job_is_refused_naming_the_running_one_its_nodes_the_fix_and_the_runbook():
+    problem = other_jobs_problem({"node1": ["sandbox-fault"], "node2": ["sandbox-fault"]}, "new-job", "node1")
+    assert problem.startswith(
+        "node1: job new-job is refused before any change: job sandbox-fault is training on node1, node2 "
+        "(unit instinct-finetune-sandbox-fault.service). "
+    )
+    for fix in ("Let it end", "re-attaches", "stop it on every node (systemctl stop", "--limit"):
+        assert fix in problem, fix
+    assert problem.endswith("See docs/runbooks/finetune-job.md")
+
+
+def test_the_same_job_running_again_is_no_conflict():
+    assert other_jobs_problem({"node1": ["sandbox-fault"], "node2": []}, "sandbox-fault", "node1") == ""
+
+
+def test_the_conflict_filter_reads_each_nodes_running_jobs_result():
+    hostvars = {
+        "node1": {"finetune_running_jobs": {"jobs": [], "units": {}}},
+        "node2": {"finetune_running_jobs": {"jobs": ["other"], "units": {"instinct-finetune-other.service": "active"}}},
+        "node3": {},  # not among the job's nodes: not read
+    }
+    problem = FILTERS["finetune_job_conflict"](hostvars, ["node1", "node2"], "new-job", "node1", "runbooks/x.md")
+    assert problem.startswith("node1: job new-job is refused before any change: job other is training on node2 ")
+    assert problem.endswith("See runbooks/x.md")
+    assert FILTERS["finetune_job_conflict"](hostvars, ["node1"], "new-job") == ""
 
 
 def test_rank_order_keeps_the_plays_order_with_the_master_first():

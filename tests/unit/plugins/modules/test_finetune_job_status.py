@@ -254,3 +254,22 @@ def test_the_module_through_ansible(tmp_path, monkeypatch):
     assert [c["step"] for c in result["checkpoints"] if c["complete"]] == [10, 20]
     assert result["log_tail"] == RANK1_LOG.splitlines()[-3:]
     assert result["errors"] == []  # the last launch logged no error
+
+
+def test_the_settings_of_the_launch_come_from_the_jobs_history(tmp_path, monkeypatch, capsys):
+    """The job's launch history (issue 32): the entry of the launch in the fingerprint file gives its
+    settings; without a history file, or without an entry for that launch, none."""
+    params = make_job(tmp_path)
+    history = tmp_path / "launches.jsonl"
+    history.write_text(
+        json.dumps({"record": "0123456789abcdef world_size=2", "settings": {"learning_rate": 0.001}}) + "\n"
+        + json.dumps({"record": "14cec2609bbd0aa6 world_size=2", "settings": {"learning_rate": 0.005}}) + "\n"
+    )  # fmt: skip
+    result = run_main(monkeypatch, capsys, dict(params, history_file=str(history)), [(0, ENDED, "")])[1]
+    assert result["launched_settings"] == {"learning_rate": 0.005}
+    assert run_main(monkeypatch, capsys, params, [(0, ENDED, "")])[1]["launched_settings"] == {}
+    history.write_text(json.dumps({"record": "0123456789abcdef", "settings": {"learning_rate": 0.001}}) + "\n")
+    result = run_main(monkeypatch, capsys, dict(params, history_file=str(history)), [(0, ENDED, "")])[1]
+    assert result["launched_settings"] == {}
+    missing = dict(params, history_file=str(tmp_path / "none.jsonl"))
+    assert run_main(monkeypatch, capsys, missing, [(0, ENDED, "")])[1]["launched_settings"] == {}
