@@ -4,21 +4,20 @@
 
 Run by instinct-gpu-collector.timer. Reads amd-smi, else rocm-smi (see gpu_metrics.py), writes
 instinct_gpu.prom into node exporter's textfile folder, and merges the fine-tune ranks' progress
-files into instinct_finetune.prom. When no tool answers, the last good sample is written again
-marked stale and the reasons go to the journal; the timer keeps trying.
+files into instinct_finetune.prom (only what rank_files lets through of the training account's
+folders). When no tool answers, the last good sample is written again marked stale and the reasons
+go to the journal; the timer keeps trying.
 """
 
 import argparse
-import glob
 import json
 import os
-import stat
 import subprocess
 import sys
 import tempfile
 import time
 
-from instinct_node_tools import exposition, gpu_metrics, progress
+from instinct_node_tools import exposition, gpu_metrics, progress, rank_files
 from instinct_node_tools._probe import ROCM_BIN, find_tool
 
 
@@ -118,43 +117,29 @@ def collect_gpus(args, run):
     return bool(source)
 
 
-# A rank file is a few hundred bytes; the folder belongs to the training account, whose files root
-# reads here: no link, no FIFO or device, nothing larger than this.
-RANK_FILE_MAX_BYTES = 1 << 20
-
-
-def read_rank_file(path):
-    """A rank's progress file as text, read the way root may read a file another account owns: not
-    through a link (O_NOFOLLOW), never blocking on a FIFO (O_NONBLOCK, then a regular file only), at
-    most RANK_FILE_MAX_BYTES, undecodable bytes replaced (the parser drops such lines)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError("not a regular file")
-        if info.st_size > RANK_FILE_MAX_BYTES:
-            raise ValueError(f"{info.st_size} bytes, more than a rank file's {RANK_FILE_MAX_BYTES}")
-        data = os.read(fd, RANK_FILE_MAX_BYTES + 1)[:RANK_FILE_MAX_BYTES]
-    finally:
-        os.close(fd)
-    return data.decode("utf-8", errors="replace")
+# How many problem lines of the ranks' files one change puts in the journal.
+LOGGED_PROBLEMS = 50
 
 
 def collect_finetune(args):
+    """Merge the ranks' progress files into instinct_finetune.prom (see rank_files: what root reads
+    of the training account's folders, and what of it gets through), and say in the journal what
+    was refused or dropped, once per change of those lines."""
     target = os.path.join(args.textfile_dir, "instinct_finetune.prom")
-    texts = []
-    for path in sorted(glob.glob(args.finetune_glob)):
-        try:
-            texts.append(read_rank_file(path))
-        except (OSError, ValueError) as error:
-            log(f"cannot read {path}: {error}")
-    # Parsed and written again by prometheus_client: only well-formed samples of the progress
-    # metrics' names reach node exporter, one HELP/TYPE per family across every rank and job.
-    merged = exposition.merge(texts, progress.METRICS, progress.LABELS)
+    merged, problems = rank_files.collect(args.finetune_glob, args.training_user)
     if merged:
         exposition.write(target, progress.METRICS, merged)
     elif os.path.exists(target):
         os.unlink(target)
+    said = os.path.join(args.state_dir, "last-rank-file-problems.json")
+    if problems != (read_json(said) or []):
+        for problem in problems[:LOGGED_PROBLEMS]:
+            log(f"rank files: {problem}")
+        if len(problems) > LOGGED_PROBLEMS:
+            log(f"rank files: and {len(problems) - LOGGED_PROBLEMS} more problems")
+        if problems:
+            log("rank files: the lines above are repeated only when they change")
+        write_atomic(said, json.dumps(problems))
 
 
 def main(argv=None):
@@ -168,6 +153,11 @@ def main(argv=None):
     parser.add_argument("--static-max-age", type=float, default=3600.0)
     parser.add_argument("--skip-gpus", action="store_true", help="another exporter serves the GPUs")
     parser.add_argument("--finetune-glob", default="/var/lib/instinct-finetune/jobs/*/metrics/rank*.prom")
+    parser.add_argument(
+        "--training-user",
+        default="instinct",
+        help="the account that runs the jobs: only its files and root's are read from the ranks' folders",
+    )
     args = parser.parse_args(argv)
     run = Runner({"amd-smi": args.amd_smi, "rocm-smi": args.rocm_smi}, args.timeout)
     if args.skip_gpus:

@@ -3,8 +3,10 @@ amd-smi and rocm-smi stood in for by scripts that print the real recordings (or 
 ``GpuNode`` in node_tools/tests/conftest.py."""
 
 import os
+import pwd
 import re
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ansible_collections.instinct.finetune.plugins.module_utils.gpu_metrics import textfile_summary
@@ -117,3 +119,120 @@ def test_root_reads_no_link_fifo_oversized_or_undecodable_rank_file(gpu_node, tm
     assert samples(merged) == {("instinct_finetune_step", frozenset(rank0.items())): 9}
     assert "77" not in merged
     assert "rank1.prom" in said and "rank2.prom" in said and "rank4.prom" in said, said
+
+
+def rank_line(job, rank, step, name="instinct_finetune_step"):
+    return f'{name}{{finetune_job="{job}",rank="{rank}",local_rank="0",node_rank="0"}} {step}\n'
+
+
+def rank_labels(job, rank):
+    return frozenset({"finetune_job": job, "rank": str(rank), "local_rank": "0", "node_rank": "0"}.items())
+
+
+def test_a_linked_rank_file_or_metrics_folder_leaks_no_secret(gpu_node, tmp_path):
+    """Issue 32, finding 4, as reproduced: the training account links rank0.prom to a root-only file
+    holding the job's token; before, root copied its `export HF_TOKEN=...` line into the
+    world-readable textfile. A linked metrics folder (glob follows those) is the same attack."""
+    rocm_smi = gpu_node.recorded_rocm_smi()
+    secret = tmp_path / "secrets.env"
+    secret.write_text("export HF_TOKEN=hf_leakedTOKENvalue\n")
+    secret.chmod(0o600)
+    (gpu_node.jobs / "a" / "metrics" / "rank0.prom").symlink_to(secret)
+    # A root-only folder of well-formed progress lines, behind job b's metrics folder.
+    hidden = tmp_path / "root-only"
+    hidden.mkdir(mode=0o700)
+    (hidden / "rank0.prom").write_text(rank_line("b", 0, 41))
+    (gpu_node.jobs / "b").mkdir()
+    (gpu_node.jobs / "b" / "metrics").symlink_to(hidden)
+    (gpu_node.jobs / "c" / "metrics").mkdir(parents=True)
+    (gpu_node.jobs / "c" / "metrics" / "rank0.prom").write_text(rank_line("c", 0, 9))
+
+    said, _gpu = gpu_node.collect(rocm_smi, gpu_node.missing("no-amd-smi"))
+    merged = (gpu_node.textfile / "instinct_finetune.prom").read_text()
+    assert samples(merged) == {("instinct_finetune_step", rank_labels("c", 0)): 9}
+    assert "hf_leakedTOKENvalue" not in merged and "HF_TOKEN" not in merged
+    # The journal says what was refused, and never what a refused file holds.
+    assert f"{gpu_node.jobs}/a/metrics/rank0.prom: a link (to {secret}), not followed" in said, said
+    assert f"{gpu_node.jobs}/b/metrics: a link (to {hidden}), not followed" in said, said
+    assert "hf_leakedTOKENvalue" not in said
+
+
+def test_a_hard_link_to_another_file_is_not_read(gpu_node, tmp_path):
+    """A hard link is no symlink (O_NOFOLLOW does not see it): a rank file with a second name may be
+    any file of the same filesystem, so a rank file must have exactly one."""
+    rocm_smi = gpu_node.recorded_rocm_smi()
+    elsewhere = tmp_path / "elsewhere.prom"
+    elsewhere.write_text(rank_line("a", 1, 77))
+    os.link(elsewhere, gpu_node.jobs / "a" / "metrics" / "rank1.prom")
+    (gpu_node.jobs / "a" / "metrics" / "rank0.prom").write_text(rank_line("a", 0, 9))
+    said, _gpu = gpu_node.collect(rocm_smi, gpu_node.missing("no-amd-smi"))
+    merged = (gpu_node.textfile / "instinct_finetune.prom").read_text()
+    assert samples(merged) == {("instinct_finetune_step", rank_labels("a", 0)): 9}
+    assert "rank1.prom: 2 hard links" in said, said
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another account (chown) needs root")
+def test_only_the_training_accounts_and_roots_files_and_folders_are_read(gpu_node):
+    rocm_smi = gpu_node.recorded_rocm_smi()
+    metrics = gpu_node.jobs / "a" / "metrics"
+    training = pwd.getpwnam("nobody").pw_uid  # the training account of this test
+    stranger = 23456  # any other account
+    for rank, owner in ((0, training), (1, 0), (2, stranger)):
+        path = metrics / f"rank{rank}.prom"
+        path.write_text(rank_line("a", rank, 10 + rank))
+        os.chown(path, owner, -1)
+    # A job folder another account made (in a jobs folder it can write to) is not entered at all.
+    foreign = gpu_node.jobs / "f" / "metrics"
+    foreign.mkdir(parents=True)
+    (foreign / "rank0.prom").write_text(rank_line("f", 0, 5))
+    os.chown(gpu_node.jobs / "f", stranger, -1)
+
+    said, _gpu = gpu_node.collect(rocm_smi, gpu_node.missing("no-amd-smi"), "--training-user", "nobody")
+    merged = (gpu_node.textfile / "instinct_finetune.prom").read_text()
+    assert samples(merged) == {
+        ("instinct_finetune_step", rank_labels("a", 0)): 10,
+        ("instinct_finetune_step", rank_labels("a", 1)): 11,
+    }
+    owners = f"owned by uid {stranger}, neither the training account nobody (uid {training}) nor root"
+    assert f"{metrics}/rank2.prom: {owners}" in said, said
+    assert f"{gpu_node.jobs}/f: {owners}" in said, said
+
+
+def test_injected_metrics_and_another_jobs_or_ranks_samples_are_dropped_with_a_warning(gpu_node):
+    """A job may write anything into its rank file: only the progress metrics with the progress
+    labels get through, and only for the job and rank the file's place names; the journal says what
+    was dropped, once per change."""
+    rocm_smi = gpu_node.recorded_rocm_smi()
+    metrics = gpu_node.jobs / "a" / "metrics"
+    (metrics / "rank0.prom").write_text(
+        "# TYPE instinct_finetune_step gauge\n"
+        + rank_line("a", 0, 9)
+        # Another textfile's metric (the GPU collector's), and one of node exporter's own.
+        + "instinct_gpu_collector_up 0\n"
+        + 'node_textfile_scrape_error{file="x"} 1\n'
+        # Samples speaking for another job and another rank, and one with a label more.
+        + rank_line("b", 0, 500)
+        + rank_line("a", 7, 500)
+        + 'instinct_finetune_loss{finetune_job="a",rank="0",local_rank="0",node_rank="0",x="1"} 3\n'
+    )
+    (metrics / "rank1.prom").write_text(rank_line("a", 1, 9))
+
+    said, gpu = gpu_node.collect(rocm_smi, gpu_node.missing("no-amd-smi"))
+    merged = (gpu_node.textfile / "instinct_finetune.prom").read_text()
+    assert samples(merged) == {
+        ("instinct_finetune_step", rank_labels("a", 0)): 9,
+        ("instinct_finetune_step", rank_labels("a", 1)): 9,
+    }
+    assert value(gpu, "instinct_gpu_collector_up") == 1  # the GPU textfile is the collector's own
+    rank0 = f"{metrics}/rank0.prom"
+    assert (
+        f"{rank0}: dropped metrics that are not progress metrics: 'instinct_gpu_collector_up', "
+        "'node_textfile_scrape_error'" in said
+    ), said
+    assert f"{rank0}: dropped samples whose finetune_job is not 'a': 'b'" in said, said
+    assert f"{rank0}: dropped samples whose rank is not '0': '7'" in said, said
+    assert f"{rank0}: dropped samples whose labels are not exactly" in said and "instinct_finetune_loss" in said
+    assert "rank1.prom" not in said
+    # Once per change, not on every tick of the timer.
+    said, _gpu = gpu_node.collect(rocm_smi, gpu_node.missing("no-amd-smi"))
+    assert said == ""

@@ -89,7 +89,10 @@ RANK_VALUES = {
 @pytest.fixture
 def written(gpu_node):
     """The three files, written by the installed package: (gpu, rank 0's, merged)."""
-    metrics = gpu_node.jobs / "a" / "metrics"
+    # The job's folder is named after it, as the finetune role names it: the collector keeps only
+    # the samples whose finetune_job is that name.
+    metrics = gpu_node.jobs / "sft" / "metrics"
+    metrics.mkdir(parents=True)
     for rank in (0, 1):
         done = subprocess.run(
             [str(gpu_node.tools.python), "-c", WRITE_RANK, str(rank), str(metrics / f"rank{rank}.prom")],
@@ -141,7 +144,8 @@ def test_the_merged_progress_textfile_parses_and_holds_every_ranks_samples(writt
 
 def test_a_hostile_rank_file_is_not_copied_into_the_merged_textfile(gpu_node):
     """A rank file (or anything matching the collector's glob) with a foreign metric and a broken line."""
-    good = gpu_node.jobs / "a" / "metrics" / "rank0.prom"
+    good = gpu_node.jobs / "sft" / "metrics" / "rank0.prom"
+    good.parent.mkdir(parents=True)
     done = subprocess.run(
         [str(gpu_node.tools.python), "-c", WRITE_RANK, "0", str(good)], capture_output=True, text=True, check=False
     )
