@@ -18,8 +18,9 @@ description:
     C(Conflicting values set for option Signed-By), which makes apt read no source at all.
   - AMD's documented method (C(amdgpu-install), or the ROCm install guide for Ubuntu) writes
     C(/etc/apt/sources.list.d/rocm.list) and C(amdgpu.list) with C(signed-by=/etc/apt/keyrings/rocm.gpg).
-    A keyring that such entries name and that holds the key of fingerprint O(fingerprint) (binary, as
-    C(gpg --dearmor) writes it, or armored) is returned as RV(keyring), for the role's files to name too.
+    A keyring that such entries name and that holds the key of fingerprint O(fingerprint) and no other key
+    (binary, as C(gpg --dearmor) writes it, or armored, every block read) is returned as RV(keyring), for
+    the role's files to name too.
   - Files in C(sources.list.d) whose every entry is one of AMD's repositories under O(base_url) (any release)
     are returned in RV(replace), for the role's files to take their place (one release per repository).
   - Any other entry for one of O(uris) with another Signed-By is returned in RV(conflicts), with RV(problem)

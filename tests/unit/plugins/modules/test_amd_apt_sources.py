@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 
+from ansible_collections.instinct.finetune.plugins.module_utils.openpgp import armor
 from tests.unit.conftest import run_module
 
 BASE = "https://repo.radeon.com"
@@ -56,3 +57,34 @@ def test_a_node_set_up_amds_way_gets_its_keyring_used_and_its_files_replaced(tmp
     assert rc == 0, result
     assert result["keyring"] == "/etc/apt/keyrings/rocm.asc" and result["adopted"] is False
     assert os.path.exists(lists / "rocm.list")  # read-only
+
+
+def test_an_armored_keyring_with_a_second_block_is_not_adopted(tmp_path):
+    # Issue 32: an .asc keyring holding AMD's key block and then another key's block was read as AMD's
+    # key alone (only the first block), so the role named it and apt trusted the second key too.
+    binary, fpr = make_key(tmp_path)
+    (tmp_path / "other").mkdir()
+    other_binary, other_fpr = make_key(tmp_path / "other")
+    keyring = tmp_path / "keyrings" / "rocm.asc"
+    keyring.parent.mkdir()
+    keyring.write_text(armor(binary) + armor(other_binary))
+    lists = tmp_path / "apt" / "sources.list.d"
+    lists.mkdir(parents=True)
+    (lists / "rocm.list").write_text(f"deb [arch=amd64 signed-by={keyring}] {BASE}/rocm/apt/7.1 jammy main\n")
+    args = {
+        "uris": [f"{BASE}/rocm/apt/7.1"],
+        "base_url": BASE,
+        "fingerprint": fpr,
+        "keyring": "/etc/apt/keyrings/rocm-role.asc",
+        "own_files": [],
+        "apt_dir": str(tmp_path / "apt"),
+    }
+    rc, result = run_module("amd_apt_sources", json.dumps(args), ["--check"])
+    assert rc == 0, result
+    assert result["keyrings"] == {str(keyring): [fpr, other_fpr]}
+    assert result["adopted"] is False and result["keyring"] == "/etc/apt/keyrings/rocm-role.asc"
+    # The same keyring with AMD's block alone is adopted.
+    keyring.write_text(armor(binary))
+    rc, result = run_module("amd_apt_sources", json.dumps(args), ["--check"])
+    assert rc == 0, result
+    assert result["adopted"] is True and result["keyring"] == str(keyring)
