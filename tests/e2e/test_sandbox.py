@@ -524,7 +524,8 @@ def trained_steps(host, job):
 def test_a_killed_and_a_frozen_rank_of_a_zero3_job_stop_it_and_reruns_resume(converged):
     """One ZeRO-3 job through what a long run meets: node2's worker killed after the first
     checkpoint (the play fails naming node2), a resume on node1 alone refused before anything
-    changes (its checkpoints were saved at world size 2), a resume whose node2 worker is frozen
+    changes (its checkpoints were saved at world size 2), and so is a resume with another learning
+    rate (issue 32), a resume whose node2 worker is frozen
     (SIGSTOP) under a watching play, stopped as stalled within the window plus one round, then a
     resume that site.yml, run while it trains, re-attaches to, watches to its end and evaluates."""
     for host in NODES:  # a cluster kept from an earlier run may hold this job already
@@ -532,6 +533,7 @@ def test_a_killed_and_a_frozen_rank_of_a_zero3_job_stop_it_and_reruns_resume(con
         node(host, "rm", "-rf", f"{JOB_ROOT}/{FAULT_JOB}", f"/var/log/instinct-finetune/{FAULT_JOB}")
     saved = kill_after_the_first_checkpoint()
     refuse_a_resume_on_one_node()
+    refuse_a_resume_with_another_learning_rate()
     stop_a_resume_whose_rank_froze(saved)
     resume_while_site_yml_runs_again(saved)
 
@@ -579,6 +581,51 @@ def refuse_a_resume_on_one_node():
     assert alone.ran("Write the LLaMA-Factory training settings") == []
 
 
+def refuse_a_resume_with_another_learning_rate():
+    """The job's checkpoints were saved at learning rate 0.005 (jobs/sandbox-tiny.yml): resuming them
+    at another is refused on both nodes before anything changes, naming the setting and the fix
+    (issue 32)."""
+    changed = sandbox.run_playbook(
+        "finetune.yml", cmdline=sandbox.site_cmdline(f"{FAULT} -e finetune_learning_rate=1.0e-3"), quiet=True
+    )
+    assert changed.rc != 0 and changed.failed_hosts() == NODES
+    refusal = " ".join(" ".join(str(f["msg"]).split()) for f in changed.failures)
+    assert (f"job {FAULT_JOB} cannot go on: its checkpoints on {NODES[0]} were saved with other training "
+            "settings: learning_rate 0.005 (now 0.001)") in refusal, refusal  # fmt: skip
+    assert "new finetune_job_name" in refusal and "set finetune_resume: force" in refusal, refusal
+    assert changed.changed == {}
+    assert changed.ran("Create the job's folders") == []
+    assert changed.ran("Write the LLaMA-Factory training settings") == []
+    assert changed.ran("Add the launch to the job's history of settings") == []
+
+
+# Another job's name (issue 32): never launched, so nothing of it exists on the nodes.
+OTHER_JOB = "sandbox-second"
+
+
+def refuse_another_job_while_one_trains():
+    """finetune.yml of another job while the fault job trains on both nodes: refused on both before
+    anything changes, naming the running job, its nodes and its unit (issue 32)."""
+    for host in NODES:  # a cluster kept from an earlier run
+        node(host, "rm", "-rf", f"{JOB_ROOT}/{OTHER_JOB}", f"/etc/instinct-finetune/jobs/{OTHER_JOB}")
+    second = sandbox.run_playbook(
+        "finetune.yml", cmdline=sandbox.site_cmdline(f"-e finetune_job_name={OTHER_JOB} -e finetune_max_steps=20"),
+        quiet=True,
+    )  # fmt: skip
+    assert second.rc != 0 and second.failed_hosts() == NODES
+    refusal = " ".join(" ".join(str(f["msg"]).split()) for f in second.failures)
+    assert (f"job {OTHER_JOB} is refused before any change: job {FAULT_JOB} is training on {NODES[0]}, {NODES[1]} "
+            f"(unit instinct-finetune-{FAULT_JOB}.service)") in refusal, refusal  # fmt: skip
+    assert "docs/runbooks/finetune-job.md" in refusal
+    assert second.changed == {}
+    assert second.ran("Refuse the job while another one trains on any of its nodes") == NODES
+    assert second.ran("Create the job's folders") == []
+    assert second.ran("Start every rank at once (torchrun waits at the master for the others)") == []
+    for host in NODES:
+        for path in (f"{JOB_ROOT}/{OTHER_JOB}", f"/etc/systemd/system/instinct-finetune-{OTHER_JOB}.service"):
+            assert node(host, "test", "-e", path, check=False).returncode != 0, (host, path)
+
+
 def launches(host, job):
     return node(host, "cat", f"/var/log/instinct-finetune/{job}/train.log").stdout.count(
         "==== instinct.finetune launch"
@@ -620,7 +667,8 @@ def stop_a_resume_whose_rank_froze(saved):
 
 
 def resume_while_site_yml_runs_again(saved):
-    """The last resume is launched without waiting; site.yml --check --diff while it runs predicts no
+    """The last resume is launched without waiting; finetune.yml of another job while it runs is
+    refused, naming it; site.yml --check --diff while it runs predicts no
     change; then site.yml is run again while it trains. Its
     node2 worker is held (SIGSTOP) from launch until site.yml's watch starts, because the resume's
     40 steps take less time than site.yml's stages before it; the job is live all along. site.yml
@@ -631,6 +679,9 @@ def resume_while_site_yml_runs_again(saved):
     wait_for_a_new_step(None, saved)
     node(NODES[1], "pkill", "-STOP", "-f", WORKER)
     before = {host: launches(host, FAULT_JOB) for host in NODES}
+    # A second job while this one trains: refused, and this one goes on (its launches are counted again
+    # at the end).
+    refuse_another_job_while_one_trains()
     # Check mode while the job runs: every stage predicts, nothing would change, nothing is touched.
     checked = sandbox.run_playbook(
         "site.yml",
