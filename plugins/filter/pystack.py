@@ -18,6 +18,7 @@ class FilterModule:
             "pip_report_pins": _wrap(pystack.pip_report_pins),
             "wheel_build_plan": _wrap(pystack.wheel_build_plan),
             "wheel_transfers": _wrap(pystack.wheel_transfers),
+            "wheel_serve_plan": _wrap(pystack.wheel_serve_plan),
             "torch_problems": _wrap(pystack.torch_problems),
             "ds_report": _wrap(ds_report.parse_ds_report),
             "ds_op_problems": _wrap(ds_report.ds_op_problems),

@@ -169,6 +169,23 @@ def wheel_transfers(builder_files, files_by_peer, name_prefix=""):
     return {"files": files, "fetch": fetch, "transfers": sum(len(names) for names in fetch.values())}
 
 
+def wheel_serve_plan(transfers, tokens):
+    """What the builder's wheel server serves to whom: ``{peer: {"token", "files"}}`` for every peer
+    of ``transfers`` (wheel_transfers' answer) that fetches something, with the secret
+    ``tokens[peer]`` the controller made for that peer this run. The server gives each peer its own
+    list only and ends when every peer has all of it; a peer without a secret is an error, never a
+    peer served without one."""
+    plan = {}
+    for peer, names in sorted(((transfers or {}).get("fetch") or {}).items()):
+        if not names:
+            continue
+        token = (tokens or {}).get(peer)
+        if not isinstance(token, str) or len(token) < 24:
+            raise ValueError(f"no secret of at least 24 characters for {peer}, which fetches {', '.join(names)}")
+        plan[peer] = {"token": token, "files": list(names)}
+    return plan
+
+
 def torch_problems(probe, gfx_archs, gpu_count, allow_no_gpu=False):
     """What a torch probe (``torch_probe.py`` JSON) says is wrong on a node, as sentences."""
     problems = []

@@ -2,11 +2,12 @@
 
 Run by the wheel_build role on the node that built the wheels, as a background job:
 
-    instinct-serve-wheels DIR ADDRESS PORT --deadline SECONDS --idle SECONDS < PLAN
+    instinct-serve-wheels DIR ADDRESS PORT --plan FILE --deadline SECONDS --idle SECONDS
 
-PLAN (JSON on stdin, so that no secret is on the command line, where ``ps`` shows it) names each
-peer with the secret the controller made for it this run and the files it fetches:
-``{"node2": {"token": "...", "files": ["torch-....whl"]}}``. The server binds ADDRESS:PORT (the
+The plan (JSON in FILE, which the server removes once read, or on stdin for ``--plan -``; never on
+the command line, where ``ps`` shows it) names each peer with the secret the controller made for it
+this run and the files it fetches: ``{"node2": {"token": "...", "files": ["torch-....whl"]}}``. The
+server binds ADDRESS:PORT (the
 management address the inventory chooses, never every address unless told) and answers a GET of
 ``/NAME`` only with the header ``Authorization: Bearer TOKEN`` of a peer whose list holds NAME:
 a request without a valid secret gets 403, a valid secret asking for a file not in its list 404,
@@ -46,9 +47,9 @@ def read_plan(text, directory):
     try:
         plan = json.loads(text)
     except ValueError as err:
-        raise PlanError(f"the plan on stdin is not JSON: {err}") from err
+        raise PlanError(f"the plan is not JSON: {err}") from err
     if not isinstance(plan, dict) or not plan:
-        raise PlanError("the plan on stdin names no peer")
+        raise PlanError("the plan names no peer")
     tokens = set()
     for peer, entry in plan.items():
         token = entry.get("token") if isinstance(entry, dict) else None
@@ -205,15 +206,32 @@ def parse(argv):
     parser.add_argument("directory")
     parser.add_argument("address")
     parser.add_argument("port", type=int)
+    parser.add_argument("--plan", required=True, help="the plan's JSON file, removed once read; - for stdin")
     parser.add_argument("--deadline", type=float, required=True, help="seconds before giving up in any case")
     parser.add_argument("--idle", type=float, required=True, help="seconds without a peer's request before giving up")
     return parser.parse_args(argv)
 
 
-def main(argv, stdin=None):
+def _plan_text(source):
+    """The plan's text from ``source`` (a file, removed once read: it holds the secrets; - for stdin)."""
+    if source == "-":
+        return sys.stdin.read()
+    try:
+        with open(source, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as err:
+        raise PlanError(f"the plan {source} cannot be read: {err}") from err
+    try:
+        os.unlink(source)
+    except OSError as err:
+        raise PlanError(f"the plan {source} cannot be removed after reading (it holds the secrets): {err}") from err
+    return text
+
+
+def main(argv):
     args = parse(argv)
     try:
-        plan = read_plan((stdin or sys.stdin).read(), args.directory)
+        plan = read_plan(_plan_text(args.plan), args.directory)
     except PlanError as err:
         print(f"cannot serve: {err}. See {RUNBOOK}", flush=True)
         return 2

@@ -50,11 +50,12 @@ def wheels(tmp_path):
 
 
 class Server:
-    """instinct-serve-wheels started as the role starts it: arguments, and the plan on stdin."""
+    """instinct-serve-wheels started with its arguments and the plan on stdin (the role gives a file;
+    test_the_plan_file_is_removed_once_read)."""
 
     def __init__(self, node_tools, wheels, port, plan, *, deadline=60, idle=60, address="127.0.0.1"):  # noqa: PLR0913
         argv = [
-            str(node_tools.script("instinct-serve-wheels")), str(wheels), address, str(port),
+            str(node_tools.script("instinct-serve-wheels")), str(wheels), address, str(port), "--plan", "-",
             "--deadline", str(deadline), "--idle", str(idle),
         ]  # fmt: skip
         self.plan = plan
@@ -179,8 +180,8 @@ def test_a_port_in_use_is_refused_with_the_cause(node_tools, wheels):
 @pytest.mark.parametrize(
     ("plan", "message"),
     [
-        ("not json", "the plan on stdin is not JSON"),
-        ({}, "the plan on stdin names no peer"),
+        ("not json", "the plan is not JSON"),
+        ({}, "the plan names no peer"),
         ({"node2": {"token": "short", "files": [TORCH]}}, "peer node2: no secret of at least 24 characters"),
         ({"node2": {"token": SECRET2, "files": []}}, "peer node2: no file to fetch"),
         ({"node2": {"token": SECRET2, "files": ["../etc/passwd"]}}, "peer node2: '../etc/passwd' is not a file name"),
@@ -198,12 +199,35 @@ def test_a_bad_plan_is_refused(wheels, plan, message):
 
 def test_the_installed_script_refuses_a_bad_plan_with_status_2(node_tools, wheels, free_port):
     done = node_tools.run(
-        "instinct-serve-wheels", wheels, "127.0.0.1", free_port(), "--deadline", 5, "--idle", 5, input="{}"
-    )
+        "instinct-serve-wheels", wheels, "127.0.0.1", free_port(), "--plan", "-", "--deadline", 5, "--idle", 5,
+        input="{}",
+    )  # fmt: skip
     assert done.returncode == 2
-    assert done.stdout.strip() == (
-        "cannot serve: the plan on stdin names no peer. See docs/runbooks/wheel-build-failed.md"
+    assert done.stdout.strip() == "cannot serve: the plan names no peer. See docs/runbooks/wheel-build-failed.md"
+
+
+def test_the_plan_file_is_removed_once_read(node_tools, wheels, tmp_path, free_port):
+    """The role writes the plan (it holds the secrets) to a file only the service user reads; the
+    server removes it before it listens."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"node2": {"token": SECRET2, "files": [TORCH]}}))
+    port = free_port()
+    argv = [
+        str(node_tools.script("instinct-serve-wheels")), str(wheels), "127.0.0.1", str(port),
+        "--plan", str(plan), "--deadline", "30", "--idle", "30",
+    ]  # fmt: skip
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert fetch(f"http://127.0.0.1:{port}/{TORCH}", time.monotonic() + 30, SECRET2)[0] == 200
+        assert not plan.exists()
+        assert process.wait(timeout=30) == 0
+    finally:
+        process.kill()
+    missing = node_tools.run(
+        "instinct-serve-wheels", wheels, "127.0.0.1", free_port(), "--plan", plan, "--deadline", 5, "--idle", 5
     )
+    assert missing.returncode == 2
+    assert missing.stdout.startswith(f"cannot serve: the plan {plan} cannot be read: ")
 
 
 class Clock:

@@ -198,6 +198,27 @@ def test_wheel_transfers_refuse_a_listing_without_checksums():
         wheel_transfers([{"path": "/w/torch-2.10.0-py3-none-any.whl"}], {"node2": []}, "torch-")
 
 
+wheel_serve_plan = FILTERS["wheel_serve_plan"]
+
+
+def test_wheel_serve_plan_gives_each_peer_that_fetches_its_own_list_and_secret():
+    transfers = {"files": [], "fetch": {"node3": [], "node2": ["a.whl", "b.whl"], "node4": ["a.whl"]}, "transfers": 3}
+    tokens = {"node2": "2" * 43, "node3": "3" * 43, "node4": "4" * 43}
+    assert wheel_serve_plan(transfers, tokens) == {
+        "node2": {"token": "2" * 43, "files": ["a.whl", "b.whl"]},
+        "node4": {"token": "4" * 43, "files": ["a.whl"]},
+    }
+    # A converged arch set: nothing to serve, so no server starts.
+    assert wheel_serve_plan({"fetch": {"node2": []}}, {}) == {}
+
+
+def test_wheel_serve_plan_never_serves_a_peer_without_a_secret():
+    with pytest.raises(AnsibleFilterError, match=r"at least 24 characters for node2, which fetches a\.whl$"):
+        wheel_serve_plan({"fetch": {"node2": ["a.whl"]}}, {"node2": "short"})
+    with pytest.raises(AnsibleFilterError, match="for node2"):
+        wheel_serve_plan({"fetch": {"node2": ["a.whl"]}}, {})
+
+
 pip_report_pins = FILTERS["pip_report_pins"]
 DEPS_REPORT = json.loads(gzip.decompress((FIXTURES / "pip" / "llamafactory-0.9.5-deps-report.json.gz").read_bytes()))
 

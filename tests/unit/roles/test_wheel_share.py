@@ -1,0 +1,142 @@
+"""The wheel_build role's share step (roles/wheel_build/tasks/share.yml) through ansible-playbook on two
+nodes that are both this machine (issue 32, finding 5): the builder's server binds the management
+address it is given, each peer fetches with the secret the controller made for it this run, and a stray
+client that keeps asking for the same wheels meanwhile is refused, never counted: the peer still gets
+every wheel, the server ends when it has them, the plan file holding the secrets is gone, and no secret
+reaches the play's output. The server is the node tools' own code (node_tools/src), run from a stand-in
+tools folder."""
+
+import grp
+import hashlib
+import json
+import os
+import pwd
+import re
+import socket
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from tests.unit.conftest import COLLECTIONS, ROOT, role_step_playbook
+
+WHEELS = {"torch-2.13.0-cp311-linux_x86_64.whl": b"torch" * 20000, "deepspeed-0.16.9-py3-none-any.whl": b"ds" * 9000}
+SHIM = """#!{python}
+import sys
+sys.path.insert(0, {src!r})
+from instinct_node_tools.serve_wheels import cli
+sys.exit(cli())
+"""
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Stray(threading.Thread):
+    """A client with no secret asking the builder's port for the wheels until told to stop."""
+
+    def __init__(self, port):
+        super().__init__(daemon=True)
+        self.port = port
+        self.stop = threading.Event()
+        self.answers = []
+
+    def run(self):
+        while not self.stop.is_set():
+            for name in WHEELS:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/{name}", timeout=5) as answer:
+                        self.answers.append(answer.status)
+                except urllib.error.HTTPError as error:
+                    self.answers.append(error.code)
+                except OSError:
+                    pass  # not listening (yet, or any more)
+            self.stop.wait(0.05)
+
+
+def run_share(tmp_path, port, *, check=False):
+    tools = tmp_path / "tools" / "bin"
+    tools.mkdir(parents=True)
+    shim = tools / "instinct-serve-wheels"
+    shim.write_text(SHIM.format(python=sys.executable, src=str(ROOT / "node_tools" / "src")))
+    shim.chmod(0o755)
+    builder, peer, home = tmp_path / "node1", tmp_path / "node2", tmp_path / "home"
+    for folder in (builder, peer, home):
+        folder.mkdir()
+    for name, content in WHEELS.items():
+        (builder / name).write_bytes(content)
+    # Extra vars: the step's playbook reads the roles' defaults as vars files, above the inventory.
+    common = {
+        "ansible_connection": "local",
+        "ansible_become": False,  # the step serves as instinct_user; here as the test's own user
+        "ansible_python_interpreter": sys.executable,
+        "instinct_user": pwd.getpwuid(os.getuid()).pw_name,
+        "instinct_group": grp.getgrgid(os.getgid()).gr_name,
+        "instinct_user_home": str(home),
+        "instinct_tools_dir": str(tools.parent),
+        "instinct_management_address": "127.0.0.1",
+        "wheel_build_serve_port": port,
+        "wheel_build_serve_timeout": 120,
+        "wheel_build_serve_idle_timeout": 60,
+        "wheel_build_share_prefix": "",
+        "wheel_build_plan_entry": {"builder": "node1", "hosts": ["node1", "node2"]},
+    }
+    hosts = {"node1": {"wheel_build_out": str(builder)}, "node2": {"wheel_build_out": str(peer)}}
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"instinct_nodes": {"hosts": hosts}}))
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(role_step_playbook("wheel_build", "share.yml", "Share the wheels", hosts="instinct_nodes"))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+               ANSIBLE_NOCOLOR="1", NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")  # fmt: skip
+    command = Path(sys.executable).parent / "ansible-playbook"
+    proc = subprocess.run(
+        [str(command) if command.exists() else "ansible-playbook", "-i", str(inventory), str(playbook), "-v",
+         "-e", json.dumps(common), *(["--check"] if check else [])],
+        capture_output=True, text=True, env=env, check=False, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    return proc, builder, peer, home
+
+
+def test_the_peer_gets_every_wheel_while_a_stray_client_asks_for_them(tmp_path):
+    port = free_port()
+    stray = Stray(port)
+    stray.start()
+    try:
+        proc, _builder, peer, home = run_share(tmp_path, port)
+    finally:
+        stray.stop.set()
+        stray.join(10)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    for name, content in WHEELS.items():
+        assert hashlib.sha256((peer / name).read_bytes()).hexdigest() == hashlib.sha256(content).hexdigest()
+    # The stray was answered while the server ran, and only with a refusal.
+    assert stray.answers and set(stray.answers) == {403}, stray.answers
+    flat = " ".join(out.split())
+    assert f"serving 2 wheel(s) of {tmp_path / 'node1'} on 127.0.0.1:{port} to 1 peer(s) for 2 transfer(s)" in flat
+    assert "sent deepspeed-0.16.9-py3-none-any.whl (18000 bytes) to node2 (127.0.0.1)" in flat
+    assert "sent torch-2.13.0-cp311-linux_x86_64.whl (100000 bytes) to node2 (127.0.0.1)" in flat
+    assert re.search(r"refused \d+ request\(s\) without a valid secret \(not counted\)", flat)
+    # The plan file is gone, and no secret (43 letters and digits) reached the output.
+    assert list(home.iterdir()) == []
+    assert not re.search(r"(?<![A-Za-z0-9])[A-Za-z0-9]{43}(?![A-Za-z0-9])", out)
+    # The server ended with the share: nothing listens on the port after the play.
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_check_mode_starts_no_server_and_says_what_would_be_fetched(tmp_path):
+    port = free_port()
+    proc, _builder, peer, home = run_share(tmp_path, port, check=True)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    flat = " ".join(proc.stdout.split())
+    wanted = "deepspeed-0.16.9-py3-none-any.whl, torch-2.13.0-cp311-linux_x86_64.whl"
+    assert f"node2: check mode; a real run fetches {wanted}" in flat
+    assert list(peer.iterdir()) == [] and list(home.iterdir()) == []
