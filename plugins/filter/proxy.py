@@ -36,6 +36,8 @@ def proxy_node_addresses(hosts, hostvars):
                 "name": str(host),
                 "ansible_host": _get(hv, "ansible_host"),
                 "management": _get(hv, "ansible_facts", "default_ipv4", "address"),
+                # Set by the inventory only (its default rule picks ansible_host or the address above).
+                "listen": _get(hv, "instinct_management_address"),
                 "fabric": _get(hv, "fabric_address"),
                 "cidr": _get(hv, "fabric_cidr"),
             }

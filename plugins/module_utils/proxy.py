@@ -75,13 +75,14 @@ def node_entries(nodes):
     """The no_proxy entries of the cluster's nodes, in inventory order.
 
     ``nodes``: a list of dicts, one per node, with any of ``name`` (inventory name), ``ansible_host``,
-    ``management`` (the default IPv4 address), ``fabric`` (the fabric address) and ``cidr`` (the fabric
-    network). Empty or missing values are skipped; the CIDRs come after every address, since curl
+    ``management`` (the default IPv4 address), ``listen`` (instinct_management_address when the
+    inventory sets it: where the node's listeners bind), ``fabric`` (the fabric address) and ``cidr``
+    (the fabric network). Empty or missing values are skipped; the CIDRs come after every address, since curl
     before 7.86 (Ubuntu 22.04's git) does not understand them and needs the addresses themselves.
     """
     hosts, cidrs = [], []
     for node in nodes or []:
-        for key in ("name", "ansible_host", "management", "fabric"):
+        for key in ("name", "ansible_host", "management", "listen", "fabric"):
             value = node.get(key)
             if isinstance(value, str) and value.strip():
                 hosts.append(value.strip())

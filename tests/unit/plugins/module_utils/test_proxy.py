@@ -49,6 +49,14 @@ def test_a_list_or_a_string_of_site_entries_and_empty_values_are_all_accepted():
     assert proxy.effective_no_proxy([], nodes) == "localhost,127.0.0.1,::1,node3"
 
 
+def test_a_management_address_the_inventory_sets_goes_straight_too():
+    """The wheel server and node exporter bind instinct_management_address (issue 32): when the inventory
+    sets it, the nodes reach it without the proxy; its default is ansible_host or the default route's
+    address, both listed already."""
+    nodes = [{"name": "node1", "ansible_host": "192.0.2.11", "management": "192.0.2.11", "listen": "10.1.0.11"}]
+    assert proxy.effective_no_proxy([], nodes).split(",")[-3:] == ["node1", "192.0.2.11", "10.1.0.11"]
+
+
 @pytest.mark.parametrize("bad", [{"a": 1}, 3, ["ok", 5]])
 def test_a_no_proxy_that_is_neither_list_nor_string_is_refused_with_the_runbook(bad):
     with pytest.raises(ValueError, match=r"instinct_no_proxy .*docs/runbooks/proxy.md"):
