@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 
-from ansible_collections.instinct.finetune.plugins.module_utils.openpgp import armor
 from tests.unit.conftest import run_module
 
 BASE = "https://repo.radeon.com"
@@ -24,6 +23,13 @@ def make_key(tmp_path):
     colons = gpg("--with-colons", "--fingerprint", uid).decode()
     fpr = next(line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:"))
     return gpg("--export", uid), fpr
+
+
+def armored(home):
+    """The key in ``home``, armored by gpg (one block)."""
+    return subprocess.run(
+        ["gpg", "--batch", "--homedir", str(home), "--armor", "--export"], capture_output=True, check=True, text=True
+    ).stdout
 
 
 def test_a_node_set_up_amds_way_gets_its_keyring_used_and_its_files_replaced(tmp_path):
@@ -62,12 +68,15 @@ def test_a_node_set_up_amds_way_gets_its_keyring_used_and_its_files_replaced(tmp
 def test_an_armored_keyring_with_a_second_block_is_not_adopted(tmp_path):
     # Issue 32: an .asc keyring holding AMD's key block and then another key's block was read as AMD's
     # key alone (only the first block), so the role named it and apt trusted the second key too.
-    binary, fpr = make_key(tmp_path)
+    _binary, fpr = make_key(tmp_path)
     (tmp_path / "other").mkdir()
-    other_binary, other_fpr = make_key(tmp_path / "other")
+    _other_binary, other_fpr = make_key(tmp_path / "other")
+    amds, others = (armored(tmp_path / "gnupg"), armored(tmp_path / "other" / "gnupg"))
+    for home in (tmp_path / "gnupg", tmp_path / "other" / "gnupg"):  # the agents that made the keys
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
     keyring = tmp_path / "keyrings" / "rocm.asc"
     keyring.parent.mkdir()
-    keyring.write_text(armor(binary) + armor(other_binary))
+    keyring.write_text(amds + others)
     lists = tmp_path / "apt" / "sources.list.d"
     lists.mkdir(parents=True)
     (lists / "rocm.list").write_text(f"deb [arch=amd64 signed-by={keyring}] {BASE}/rocm/apt/7.1 jammy main\n")
@@ -84,7 +93,7 @@ def test_an_armored_keyring_with_a_second_block_is_not_adopted(tmp_path):
     assert result["keyrings"] == {str(keyring): [fpr, other_fpr]}
     assert result["adopted"] is False and result["keyring"] == "/etc/apt/keyrings/rocm-role.asc"
     # The same keyring with AMD's block alone is adopted.
-    keyring.write_text(armor(binary))
+    keyring.write_text(amds)
     rc, result = run_module("amd_apt_sources", json.dumps(args), ["--check"])
     assert rc == 0, result
     assert result["adopted"] is True and result["keyring"] == str(keyring)
