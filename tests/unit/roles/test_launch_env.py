@@ -5,6 +5,7 @@ read back as systemd's EnvironmentFile= reads it (the env_file filter)."""
 import jinja2
 import pytest
 from ansible.errors import AnsibleFilterError
+from ansible.plugins.filter.core import FilterModule as CoreFilters
 
 from ansible_collections.instinct.finetune.plugins.filter.finetune import FilterModule
 from tests.unit.conftest import ROOT
@@ -25,9 +26,10 @@ MI300X_NODE = {
 
 
 def render(facts, ranks, override="", device="rocm"):
-    template = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True).from_string(  # noqa: S701
-        TEMPLATE.read_text()
-    )
+    env = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True)  # noqa: S701
+    # Ansible's quote filter, which the template quotes its values with.
+    env.filters["quote"] = CoreFilters().filters()["quote"]
+    template = env.from_string(TEMPLATE.read_text())
     text = template.render(
         ansible_managed="managed",
         finetune_node_rank=0,
