@@ -1,13 +1,20 @@
 """What the fabric role writes to rccl.env: the role's own template rendered with the settings the
 rccl_env filter orders, from the role's defaults (AMD's MI300X settings and their archs), read back
-as systemd and the launcher read it."""
+as systemd and the launcher read it, and as a shell sources it (the fabric and health checks, an
+operator by hand): values quoted, so that fabric_env's values run nothing (issue 32); fabric_env's
+names and line breaks refused by the role's own check (tasks/validate.yml)."""
+
+import json
+import subprocess
+import sys
 
 import jinja2
 import yaml
+from ansible.plugins.filter.core import FilterModule as CoreFilters
 
 from ansible_collections.instinct.finetune.plugins.module_utils.jobspec import parse_env_file
 from ansible_collections.instinct.finetune.plugins.module_utils.rccl_env import rccl_env_settings
-from tests.unit.conftest import ROOT
+from tests.unit.conftest import ROOT, role_step_playbook, run_local_play
 
 ROLE = ROOT / "roles" / "fabric"
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
@@ -57,10 +64,10 @@ def render(gfx_archs, hcas, gid_index="", extra=None, **overrides):
         "master_port": 29500,
         "extra": extra or {},
     }
-    # An env file, not HTML: nothing to escape.
-    template = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True).from_string(  # noqa: S701
-        (ROLE / "templates" / "rccl.env.j2").read_text()
-    )
+    # An env file, not HTML: nothing to escape. Ansible's quote filter, which the template quotes values with.
+    env = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True)  # noqa: S701
+    env.filters["quote"] = CoreFilters().filters()["quote"]
+    template = env.from_string((ROLE / "templates" / "rccl.env.j2").read_text())
     text = template.render(
         fabric_env_settings=rccl_env_settings(node),
         inventory_hostname="node1",
@@ -143,3 +150,57 @@ def test_no_login_shell_export_is_written_any_more():
     tasks = (ROLE / "tasks" / "environment.yml").read_text()
     assert not (ROLE / "templates" / "instinct-rccl.sh.j2").exists()
     assert "state: absent" in tasks.split("Remove the login-shell export", 1)[1].split("- name:", 1)[0]
+
+
+def sourced(text, tmp_path):
+    """The environment a POSIX shell has after ``set -a; . rccl.env; set +a``."""
+    env_file = tmp_path / "rccl.env"
+    env_file.write_text(text)
+    script = 'set -a; . "$1"; set +a; exec "$2" -c "import json, os; print(json.dumps(dict(os.environ)))"'
+    shell = subprocess.run(["/bin/sh", "-c", script, "sh", str(env_file), sys.executable],
+                           capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+    return json.loads(shell.stdout)
+
+
+def test_a_shell_that_sources_the_file_sets_fabric_envs_values_and_runs_nothing(tmp_path):
+    canary = tmp_path / "ran"
+    hostile = {
+        "NCCL_ALGO": f"Ring $(touch {canary})",
+        "NCCL_TOPO_FILE": f"/etc/topo files/`touch {canary}`.xml",
+        "UCX_NET_DEVICES": "it's; touch " + str(canary),
+        "NCCL_P2P_LEVEL": 'a "b" \\c',
+    }
+    text, _env = render(["gfx942"], EIGHT_RAILS, gid_index=3, extra=hostile)
+    read = sourced(text, tmp_path)
+    assert {name: read[name] for name in hostile} == hostile
+    assert not canary.exists()
+    # The settings of a node, quoted only where they need it, read the same.
+    assert read["NCCL_IB_HCA"] == "=" + ",".join(EIGHT_RAILS) and read["MASTER_ADDR"] == "10.10.0.11"
+    assert "NCCL_IB_HCA==mlx5_0:1," in text and "PYTORCH_HIP_ALLOC_CONF=max_split_size_mb:512" in text
+
+
+VALIDATE = role_step_playbook("fabric", "validate.yml", "Check the fabric settings")
+
+
+def validate(tmp_path, fabric_env):
+    playbook = tmp_path / "validate.yml"
+    playbook.write_text(VALIDATE)
+    return run_local_play(playbook, {"fabric_env": fabric_env})
+
+
+def test_fabric_env_names_that_are_not_variables_and_values_with_line_breaks_are_refused(tmp_path):
+    proc = validate(tmp_path, {"NCCL_DEBUG_SUBSYS": "INIT,NET", "X;id": "1", "2FAST": "1",
+                               "NCCL_ALGO": "Ring\nrm -rf /"})  # fmt: skip
+    assert proc.returncode != 0
+    assert (
+        'node1: fabric_env has the names "X;id", "2FAST", which are not environment variable names (letters, '
+        "digits and _, not first a digit); gives NCCL_ALGO a value with a line break or another control "
+        "character. Fix or remove the entry. See docs/runbooks/fabric-iface.md"
+    ) in " ".join(proc.stdout.split())
+    # A name with a trailing line break is not a name either.
+    assert validate(tmp_path, {"NCCL_ALGO\n": "Ring"}).returncode != 0
+
+
+def test_fabric_env_of_plain_variables_passes_whatever_their_values(tmp_path):
+    proc = validate(tmp_path, {"NCCL_ALGO": "Ring $(x) 'y'", "NCCL_MIN_NCHANNELS": 32, "_X": ""})
+    assert proc.returncode == 0, proc.stdout[-3000:]
