@@ -75,13 +75,21 @@ def test_the_driver_is_built_for_the_running_kernel(host):
 
 def test_the_training_account_can_use_the_gpus(host):
     assert set(node(host, "id", "-nG", "instinct").stdout.split()) >= {"render", "video"}
-    assert node(host, "getent", "passwd", "instinct").stdout.split(":")[5] == "/var/lib/instinct"
+    account = node(host, "getent", "passwd", "instinct").stdout.strip().split(":")
+    assert account[5] == "/var/lib/instinct"
+    # No login shell (issue 32): nobody logs in as the account that runs remote code; the stages still
+    # ran everything as it (sudo runs /bin/sh -c itself).
+    assert account[6] == "/usr/sbin/nologin"
+    refused = node(host, "su", "-", "instinct", "-c", "true", check=False)
+    assert refused.returncode != 0 and "not available" in refused.stdout + refused.stderr
     rules = text(host, "/etc/udev/rules.d/70-instinct-gpu.rules")
     assert 'KERNEL=="kfd", GROUP="render", MODE="0660"' in rules
 
 
 def test_rocm_is_on_every_login_path_and_the_loader_path(host):
-    assert node(host, "su", "-", "instinct", "-c", "command -v rocminfo").stdout.strip() == "/opt/rocm/bin/rocminfo"
+    # A login shell of the account's environment, given by root (the account has none of its own).
+    login = node(host, "su", "-s", "/bin/bash", "-", "instinct", "-c", "command -v rocminfo")
+    assert login.stdout.strip() == "/opt/rocm/bin/rocminfo"
     assert text(host, "/etc/ld.so.conf.d/rocm.conf").split() == ["/opt/rocm/lib", "/opt/rocm/lib64"]
     assert "/opt/rocm/lib" in node(host, "sh", "-c", "ldconfig -v 2>/dev/null | grep '^/opt/rocm' || true").stdout
 
