@@ -178,10 +178,10 @@ def handler_for(share, directory):
                 complete = sent == size
                 # Said before it counts: the last transfer ends the server.
                 took = time.monotonic() - start
-                print(f"sent {name} ({sent} bytes) to {peer} ({self.client_address[0]}) in {took:.1f} s", flush=True)
+                print(f"sent {name} ({sent} bytes) to {self.client_address[0]} ({peer}) in {took:.1f} s", flush=True)
             except OSError as err:
                 client = self.client_address[0]
-                print(f"transfer of {name} to {peer} ({client}) broke after {sent} bytes: {err}", flush=True)
+                print(f"transfer of {name} to {client} ({peer}) broke after {sent} bytes: {err}", flush=True)
             finally:
                 share.end(peer, name, complete)
 

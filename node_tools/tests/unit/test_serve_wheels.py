@@ -103,8 +103,8 @@ def test_a_stray_get_does_not_disturb_distribution(node_tools, wheels, free_port
     assert status == 0, err
     assert lines[0] == f"serving 2 wheel(s) of {wheels} on {server.url[7:]} to 1 peer(s) for 2 transfer(s)"
     assert sum(line.startswith("refused GET ") and line.endswith(": no valid secret") for line in lines) == 3
-    assert any(line.startswith(f"sent {TORCH} (5000 bytes) to node2 (127.0.0.1) in ") for line in lines)
-    assert any(line.startswith(f"sent {DS} (1400 bytes) to node2 (127.0.0.1) in ") for line in lines)
+    assert any(line.startswith(f"sent {TORCH} (5000 bytes) to 127.0.0.1 (node2) in ") for line in lines)
+    assert any(line.startswith(f"sent {DS} (1400 bytes) to 127.0.0.1 (node2) in ") for line in lines)
     assert lines[-1] == "refused 3 request(s) without a valid secret (not counted)"
 
 

@@ -121,8 +121,8 @@ def test_the_peer_gets_every_wheel_while_a_stray_client_asks_for_them(tmp_path):
     assert stray.answers and set(stray.answers) == {403}, stray.answers
     flat = " ".join(out.split())
     assert f"serving 2 wheel(s) of {tmp_path / 'node1'} on 127.0.0.1:{port} to 1 peer(s) for 2 transfer(s)" in flat
-    assert "sent deepspeed-0.16.9-py3-none-any.whl (18000 bytes) to node2 (127.0.0.1)" in flat
-    assert "sent torch-2.13.0-cp311-linux_x86_64.whl (100000 bytes) to node2 (127.0.0.1)" in flat
+    assert "sent deepspeed-0.16.9-py3-none-any.whl (18000 bytes) to 127.0.0.1 (node2)" in flat
+    assert "sent torch-2.13.0-cp311-linux_x86_64.whl (100000 bytes) to 127.0.0.1 (node2)" in flat
     assert re.search(r"refused \d+ request\(s\) without a valid secret \(not counted\)", flat)
     # The plan file is gone, and no secret (43 letters and digits) reached the output.
     assert list(home.iterdir()) == []
