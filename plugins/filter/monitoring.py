@@ -16,5 +16,8 @@ class FilterModule:
             "scrape_target": _wrap(promconfig.scrape_target),
             "prometheus_config": _wrap(promconfig.prometheus_config),
             "scrape_health": _wrap(promconfig.scrape_health),
+            "monitoring_web_access": _wrap(promconfig.web_access),
+            "monitoring_web_config": _wrap(promconfig.web_config),
+            "node_exporter_web_flag": _wrap(promconfig.node_exporter_web_flag),
             "gpu_textfile_summary": _wrap(gpu_metrics.textfile_summary),
         }

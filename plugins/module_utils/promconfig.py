@@ -4,26 +4,135 @@
 
 from __future__ import absolute_import, division, print_function
 
+import re
+
+from ansible_collections.instinct.finetune.plugins.module_utils.apt_index import policy_versions
+from ansible_collections.instinct.finetune.plugins.module_utils.listen import is_any_address
+
 __metaclass__ = type
 
 NODE_JOB_DEFAULT = "instinct_nodes"
 AMD_EXPORTER_JOB = "instinct_amd_exporter"
+RUNBOOK = "docs/runbooks/monitoring-exporter.md"
+# The fact the role sets on each node: the one address its node exporter listens on.
+LISTEN_FACT = "monitoring_node_exporter_address"
+# A bcrypt hash as htpasswd -B and Python's bcrypt write it (what node exporter and Prometheus check).
+_BCRYPT = re.compile(r"^\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}$")
+_USER = re.compile(r"^[^\s:]+$")
+# Node exporter renamed --web.config to --web.config.file in 1.5.0 (prometheus/node_exporter#2534);
+# Ubuntu 22.04 ships 1.3.1, Ubuntu 24.04 and Debian 12 ship 1.7.0 and 1.5.0.
+_WEB_CONFIG_FILE_SINCE = (1, 5, 0)
 
 
 def scrape_target(host_vars, address_var="monitoring_scrape_address"):
     """``{host, address, gpu_exporter}`` of one node from its host variables.
 
-    The address is the node's ``address_var`` when set and not empty, else ``ansible_host``, else
-    its inventory name. ``gpu_exporter`` is what the node runs (``monitoring_gpu_exporter_active``,
-    set by the role on the node; "instinct" when the node has not run it yet).
+    The address is the node's ``address_var`` when set and not empty, else the one address its node
+    exporter listens on (``monitoring_node_exporter_address``, set by the role on the node), else
+    ``ansible_host``, else its inventory name. ``gpu_exporter`` is what the node runs
+    (``monitoring_gpu_exporter_active``, set by the role on the node; "instinct" when the node has
+    not run it yet).
     """
     host = host_vars["inventory_hostname"]
-    address = host_vars.get(address_var) or host_vars.get("ansible_host") or host
+    listening = host_vars.get(LISTEN_FACT)
+    listening = None if is_any_address(listening) else listening
+    address = host_vars.get(address_var) or listening or host_vars.get("ansible_host") or host
     return {
         "host": host,
         "address": str(address),
         "gpu_exporter": host_vars.get("monitoring_gpu_exporter_active") or "instinct",
     }
+
+
+def web_access(host, settings):
+    """Who may reach node exporter and Prometheus, from the role's settings, checked.
+
+    ``settings``: ``user``, ``password``, ``password_hash`` (basic auth: the bcrypt hash the
+    exporters check, the password Prometheus, the role's checks and Grafana send), ``tls_cert``,
+    ``tls_key`` (this host's certificate and key) and ``tls_ca`` (the CA that signed every host's).
+    Each group is all set or all empty. Returns ``{"basic_auth", "tls", "scheme"}``; a ValueError
+    names the host, the variables, the fix and the runbook, never the password.
+    """
+    auth = {name: str(settings.get(name) or "") for name in ("user", "password", "password_hash")}
+    given = sorted(f"monitoring_basic_auth_{name}" for name, value in auth.items() if value)
+    if given and len(given) < len(auth):
+        missing = sorted(f"monitoring_basic_auth_{name}" for name, value in auth.items() if not value)
+        raise ValueError(
+            f"{host}: basic auth needs all three of monitoring_basic_auth_user, _password and _password_hash; "
+            f"{', '.join(given)} set, {', '.join(missing)} empty. Set the missing ones (the hash: "
+            f"htpasswd -nBC 10 '' | tr -d ':\\n') or empty them all. See {RUNBOOK}."
+        )
+    if given and not _USER.match(auth["user"]):
+        raise ValueError(
+            f"{host}: monitoring_basic_auth_user {auth['user']!r} is not a user name (no spaces, no colon). "
+            f"See {RUNBOOK}."
+        )
+    if given and not _BCRYPT.match(auth["password_hash"]):
+        raise ValueError(
+            f"{host}: monitoring_basic_auth_password_hash is not a bcrypt hash ($2y$10$ and 53 characters, as "
+            f"htpasswd -nBC 10 '' | tr -d ':\\n' prints it); node exporter and Prometheus accept no other. "
+            f"See {RUNBOOK}."
+        )
+    tls = {name: str(settings.get(name) or "") for name in ("tls_cert", "tls_key", "tls_ca")}
+    given_tls = sorted(f"monitoring_{name}_src" for name, value in tls.items() if value)
+    if given_tls and len(given_tls) < len(tls):
+        missing = sorted(f"monitoring_{name}_src" for name, value in tls.items() if not value)
+        raise ValueError(
+            f"{host}: TLS needs this host's certificate and key and the CA that signed them: "
+            f"{', '.join(given_tls)} set, {', '.join(missing)} empty. Set them (files on the controller; the "
+            f"certificate must name the address Prometheus reaches the host at) or empty them all. See {RUNBOOK}."
+        )
+    return {"basic_auth": bool(given), "tls": bool(given_tls), "scheme": "https" if given_tls else "http"}
+
+
+def web_config(user="", password_hash="", cert_file="", key_file=""):
+    """The web configuration file node exporter and Prometheus read (exporter-toolkit's format):
+    TLS with ``cert_file`` and ``key_file``, basic auth of ``user`` with its bcrypt hash; ``{}``
+    for neither (then no web configuration is given at all)."""
+    config = {}
+    if cert_file:
+        config["tls_server_config"] = {"cert_file": cert_file, "key_file": key_file}
+    if user:
+        config["basic_auth_users"] = {user: password_hash}
+    return config
+
+
+def _upstream_version(version):
+    """(1, 3, 1) of a Debian version such as ``1:1.3.1-1ubuntu0.22.04.2``; None when it has none."""
+    text = str(version or "").strip()
+    text = text.split(":", 1)[1] if ":" in text.split("-", 1)[0] else text
+    match = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not match:
+        return None
+    return tuple(int(part or 0) for part in match.groups())
+
+
+def node_exporter_web_flag(policy_text, package="prometheus-node-exporter"):
+    """Node exporter's web configuration flag for the version ``apt-cache policy PACKAGE`` shows
+    installed, else the candidate: ``--web.config`` before 1.5.0 (Ubuntu 22.04's 1.3.1),
+    ``--web.config.file`` since. A ValueError when apt knows no version of it."""
+    known = policy_versions(policy_text or "").get(package) or {}
+    version = known.get("installed") or known.get("candidate")
+    upstream = _upstream_version(version)
+    if upstream is None:
+        raise ValueError(
+            f"apt knows no version of {package} (installed or candidate: {version!r}), so the flag of its web "
+            f"configuration (--web.config before 1.5.0, --web.config.file since) cannot be chosen. Check the node's "
+            f"apt sources (monitoring_node_exporter_package). See {RUNBOOK}."
+        )
+    return "--web.config.file" if upstream >= _WEB_CONFIG_FILE_SINCE else "--web.config"
+
+
+def _client_options(settings):
+    """What a scrape job needs to reach a listener behind the web configuration."""
+    options = {}
+    if settings.get("scheme", "http") != "http":
+        options["scheme"] = settings["scheme"]
+    if settings.get("basic_auth"):
+        options["basic_auth"] = dict(settings["basic_auth"])
+    if settings.get("tls_config"):
+        options["tls_config"] = dict(settings["tls_config"])
+    return options
 
 
 def _static_configs(targets, port, labels):
@@ -38,20 +147,27 @@ def prometheus_config(targets, settings):
 
     ``settings``: scrape_interval, evaluation_interval, rule_files (globs), job (the nodes' node
     exporter job), node_exporter_port, amd_exporter_port, labels (added to every node target),
-    prometheus_port, extra_scrape_configs. The instance label of a node is its inventory name, so
-    alerts, the dashboard and ``ansible-playbook --limit`` all name nodes the same way.
+    prometheus_port, extra_scrape_configs; and how Prometheus reaches itself and the nodes' exporters
+    behind their web configuration: prometheus_address (the address Prometheus listens on, as a
+    client writes it; default localhost), scheme (http or https), basic_auth (``{username,
+    password_file}``) and tls_config (``{ca_file}``), each left out when not given. AMD's exporter
+    has no such configuration and is scraped over plain http. The instance label of a node is its
+    inventory name, so alerts, the dashboard and ``ansible-playbook --limit`` all name nodes the
+    same way.
     """
     labels = dict(settings.get("labels") or {})
     job = settings.get("job") or NODE_JOB_DEFAULT
+    client = _client_options(settings)
+    own = settings.get("prometheus_address") or "localhost"
     scrape_configs = [
-        {
-            "job_name": "prometheus",
-            "static_configs": [{"targets": [f"localhost:{settings['prometheus_port']}"]}],
-        },
-        {
-            "job_name": job,
-            "static_configs": _static_configs(targets, settings["node_exporter_port"], labels),
-        },
+        dict(
+            {"job_name": "prometheus", "static_configs": [{"targets": [f"{own}:{settings['prometheus_port']}"]}]},
+            **client,
+        ),
+        dict(
+            {"job_name": job, "static_configs": _static_configs(targets, settings["node_exporter_port"], labels)},
+            **client,
+        ),
     ]
     amd = [target for target in targets if target["gpu_exporter"] == "amd"]
     if amd:

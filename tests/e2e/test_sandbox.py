@@ -161,16 +161,24 @@ def test_every_rank_exported_its_progress_for_the_textfile_collector(collected):
         assert float(samples["instinct_finetune_input_tokens_total"]) > 0
 
 
+def prometheus_url():
+    """Where the sandbox's Prometheus (node1) listens: the one address of its arguments, node1's
+    management address (issue 32: not every address, not 127.0.0.1)."""
+    args = node(NODES[0], "cat", "/etc/default/prometheus").stdout
+    return "http://" + re.search(r"--web\.listen-address=([^\s\"]+)", args).group(1)
+
+
 def prometheus(expr, want, timeout=90):
     """An instant query to the sandbox's Prometheus (on node1), waiting for ``want`` series."""
     script = (
         "import sys, urllib.parse, urllib.request; "
-        "print(urllib.request.urlopen('http://127.0.0.1:9090/api/v1/query?' "
+        "print(urllib.request.urlopen(sys.argv[2] + '/api/v1/query?' "
         "+ urllib.parse.urlencode({'query': sys.argv[1]})).read().decode())"
     )
+    url = prometheus_url()
     deadline = time.monotonic() + timeout
     while True:
-        result = json.loads(node(NODES[0], "python3", "-c", script, expr).stdout)["data"]["result"]
+        result = json.loads(node(NODES[0], "python3", "-c", script, expr, url).stdout)["data"]["result"]
         if len(result) >= want or time.monotonic() > deadline:
             return result
         time.sleep(3)

@@ -1,6 +1,8 @@
 """Verify the monitoring scenario on the node: the collector falls back from AMD's exporter, keeps its
 last good sample (marked stale) when no tool answers, and merges the ranks' progress files."""
 
+import json
+import re
 import time
 
 testinfra_hosts = ["ansible://instinct_nodes"]
@@ -15,6 +17,24 @@ def test_the_node_fell_back_from_amds_exporter_to_the_collector(host):
     assert host.service("prometheus-node-exporter").is_running
     textfile = host.file(TEXTFILE)
     assert textfile.mode == 0o644 and textfile.user == "root"
+
+
+def listen_address(host):
+    """ADDRESS:PORT node exporter listens on, from the arguments the role wrote."""
+    args = host.file("/etc/default/prometheus-node-exporter").content_string
+    return re.search(r"--web\.listen-address=([^\s\"]+)", args).group(1)
+
+
+def test_node_exporter_listens_on_the_nodes_management_address_only(host):
+    """Issue 32: node exporter binds the node's management address (its default route's here: the
+    scenario's inventory has no ansible_host), not every address; no web configuration by default."""
+    routes = json.loads(host.check_output("ip -j -4 route show default"))
+    address = json.loads(host.check_output(f"ip -j -4 addr show dev {routes[0]['dev']}"))[0]["addr_info"][0]["local"]
+    assert listen_address(host) == f"{address}:9100"
+    listening = host.check_output("ss -Hltn 'sport = :9100'").split()
+    assert [word for word in listening if word.endswith(":9100")] == [f"{address}:9100"]
+    assert "--web.config" not in host.file("/etc/default/prometheus-node-exporter").content_string
+    assert not host.file("/etc/instinct-monitoring").exists
 
 
 def test_the_collector_keeps_its_last_good_sample_marked_stale_when_no_tool_answers(host):
@@ -63,8 +83,9 @@ def test_the_ranks_progress_files_are_merged_into_the_textfile(host):
     assert text.count("# TYPE instinct_finetune_step gauge") == 1
     assert 'rank="0"' in text and 'rank="1"' in text
     # node exporter accepts the merged file (a family declared twice would be refused).
+    url = f"http://{listen_address(host)}/metrics"
     metrics = host.check_output(
-        "python3 -c 'import urllib.request; print(urllib.request.urlopen(\"http://127.0.0.1:9100/metrics\").read().decode())'"
+        f"python3 -c 'import urllib.request; print(urllib.request.urlopen(\"{url}\").read().decode())'"
     )
     assert 'instinct_finetune_step{finetune_job="molecule",local_rank="0",node_rank="1",rank="1"} 17' in metrics
     assert "node_textfile_scrape_error 0" in metrics

@@ -2,6 +2,7 @@
 and holds every GPU metric of all 8 GPUs with the values of the recorded rocm-smi output."""
 
 import json
+import re
 import time
 import urllib.parse
 
@@ -20,8 +21,14 @@ VRAM_USED = [297611264] + [297623552] * 7
 BUSY = [0.0] * 8
 
 
+def listen_address(host, defaults="/etc/default/prometheus"):
+    """ADDRESS:PORT the service listens on, from the arguments the role wrote: the host's management
+    address (issue 32), not every address."""
+    return re.search(r"--web\.listen-address=([^\s\"]+)", host.file(defaults).content_string).group(1)
+
+
 def api(host, path, **params):
-    url = f"http://127.0.0.1:9090/api/v1/{path}"
+    url = f"http://{listen_address(host)}/api/v1/{path}"
     if params:
         url += "?" + urllib.parse.urlencode(params)
     out = host.check_output(
@@ -96,6 +103,22 @@ def test_the_alert_rules_are_loaded_and_quiet_on_a_healthy_node(host):
     alerts_now = api(host, "alerts")["alerts"]
     firing = [a for a in alerts_now if a["labels"].get("instance") == NODE and a["state"] == "firing"]
     assert firing == []
+
+
+def test_prometheus_listens_on_the_servers_management_address_only(host):
+    """Issue 32: Prometheus binds the server's management address (its default route's here), not every
+    address and not the loopback one; the scrape job of the nodes reaches node1 where its exporter listens."""
+    routes = json.loads(host.check_output("ip -j -4 route show default"))
+    address = json.loads(host.check_output(f"ip -j -4 addr show dev {routes[0]['dev']}"))[0]["addr_info"][0]["local"]
+    assert listen_address(host) == f"{address}:9090"
+    listening = host.check_output("ss -Hltn 'sport = :9090'").split()
+    assert [word for word in listening if word.endswith(":9090")] == [f"{address}:9090"]
+    refused = host.run("python3 -c 'import urllib.request; urllib.request.urlopen(\"http://127.0.0.1:9090/-/ready\")'")
+    assert refused.rc != 0 and "Connection refused" in refused.stderr
+    # The node is scraped at its own management address (molecule.yml's network), where its exporter listens.
+    (target,) = [t for t in api(host, "targets")["activeTargets"] if t["labels"]["job"] == "instinct_nodes"]
+    assert re.fullmatch(r"http://172\.30\.70\.\d+:9100/metrics", target["scrapeUrl"]), target
+    assert target["scrapeUrl"] != f"http://{address}:9100/metrics" and target["health"] == "up", target
 
 
 def test_promtool_accepts_the_written_configuration_and_rules(host):

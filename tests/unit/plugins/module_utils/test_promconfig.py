@@ -1,12 +1,21 @@
-"""promconfig: the Prometheus server's configuration from the inventory, and its scrape health."""
+"""promconfig: the Prometheus server's configuration from the inventory, and its scrape health; where
+node exporter and Prometheus listen and who may reach them (issue 32: their web configuration)."""
+
+import subprocess
 
 import pytest
+import yaml
 
 from ansible_collections.instinct.finetune.plugins.module_utils.promconfig import (
+    node_exporter_web_flag,
     prometheus_config,
     scrape_health,
     scrape_target,
+    web_access,
+    web_config,
 )
+from tests.unit.conftest import FIXTURES
+from tests.unit.monitoring.promql import run_promtool
 
 SETTINGS = {
     "scrape_interval": "15s",
@@ -102,3 +111,136 @@ def test_scrape_health_sorts_the_nodes():
 
 def test_scrape_health_of_an_empty_answer_is_all_pending():
     assert scrape_health({}, "instinct_nodes", ["n1"]) == {"up": [], "down": [], "pending": ["n1"]}
+
+
+def test_a_node_is_scraped_where_its_exporter_listens_unless_the_scrape_address_is_set():
+    listening = {
+        "inventory_hostname": "n1",
+        "ansible_host": "203.0.113.5",
+        "monitoring_node_exporter_address": "10.0.0.1",
+    }
+    assert scrape_target(listening)["address"] == "10.0.0.1"
+    assert scrape_target(dict(listening, monitoring_scrape_address="n1.mgmt.example"))["address"] == "n1.mgmt.example"
+    # An exporter on every address (0.0.0.0, the operator's choice) says nothing: ansible_host, as before.
+    assert scrape_target(dict(listening, monitoring_node_exporter_address="0.0.0.0"))["address"] == "203.0.113.5"  # noqa: S104
+
+
+SECURE = dict(
+    SETTINGS,
+    prometheus_address="10.0.0.9",
+    scheme="https",
+    basic_auth={"username": "prom", "password_file": "/etc/instinct-monitoring/scrape.password"},
+    tls_config={"ca_file": "/etc/instinct-monitoring/tls/ca.pem"},
+)
+
+
+def test_behind_the_web_configuration_prometheus_scrapes_itself_and_the_exporters_with_it():
+    targets = [
+        scrape_target({"inventory_hostname": "n1", "monitoring_node_exporter_address": "10.0.0.1"}),
+        scrape_target({"inventory_hostname": "n2", "monitoring_gpu_exporter_active": "amd"}),
+    ]
+    jobs = {job["job_name"]: job for job in prometheus_config(targets, SECURE)["scrape_configs"]}
+    for name in ("prometheus", "instinct_nodes"):
+        assert jobs[name]["scheme"] == "https"
+        assert jobs[name]["basic_auth"] == SECURE["basic_auth"]
+        assert jobs[name]["tls_config"] == SECURE["tls_config"]
+    assert jobs["prometheus"]["static_configs"] == [{"targets": ["10.0.0.9:9090"]}]
+    assert jobs["instinct_nodes"]["static_configs"][0]["targets"] == ["10.0.0.1:9100"]
+    # AMD's exporter is not behind the web configuration: plain http, no credentials sent to it.
+    assert set(jobs["instinct_amd_exporter"]) == {"job_name", "static_configs"}
+
+
+def test_without_the_web_configuration_the_jobs_are_as_before():
+    jobs = prometheus_config([scrape_target({"inventory_hostname": "n1"})], dict(SETTINGS, scheme="http"))
+    for job in jobs["scrape_configs"]:
+        assert set(job) == {"job_name", "static_configs"}
+    assert jobs["scrape_configs"][0]["static_configs"] == [{"targets": ["localhost:9090"]}]
+
+
+# A well-formed bcrypt hash (htpasswd -nBC 10's layout). The role checks its form only; node exporter and
+# Prometheus check the password against it.
+HASH = "$2y$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG"
+
+
+def test_web_access_is_off_by_default_and_on_when_each_group_is_complete():
+    assert web_access("n1", {}) == {"basic_auth": False, "tls": False, "scheme": "http"}
+    auth = {"user": "prom", "password": "s3cret", "password_hash": HASH}
+    assert web_access("n1", auth) == {"basic_auth": True, "tls": False, "scheme": "http"}
+    tls = {"tls_cert": "files/n1.pem", "tls_key": "files/n1.key", "tls_ca": "files/ca.pem"}
+    assert web_access("n1", {**auth, **tls}) == {"basic_auth": True, "tls": True, "scheme": "https"}
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"user": "prom", "password": "s3cret"}, "monitoring_basic_auth_password_hash empty"),
+        ({"password_hash": HASH}, "monitoring_basic_auth_password, monitoring_basic_auth_user empty"),
+        ({"user": "prom", "password": "s3cret", "password_hash": "s3cret"}, "is not a bcrypt hash"),
+        ({"user": "a:b", "password": "s3cret", "password_hash": HASH}, "'a:b' is not a user name"),
+        ({"tls_cert": "n1.pem", "tls_ca": "ca.pem"}, "monitoring_tls_key_src empty"),
+        ({"tls_ca": "ca.pem"}, "monitoring_tls_cert_src, monitoring_tls_key_src empty"),
+    ],
+)
+def test_a_half_set_access_is_refused_naming_the_host_and_never_the_password(settings, message):
+    with pytest.raises(ValueError, match=r"monitoring-exporter\.md") as refused:
+        web_access("n1", settings)
+    text = str(refused.value)
+    assert text.startswith("n1: ") and message in text
+    assert "s3cret" not in text
+
+
+def test_the_web_configuration_file_holds_what_is_set_only():
+    assert web_config() == {}
+    assert web_config("prom", HASH) == {"basic_auth_users": {"prom": HASH}}
+    assert web_config("", "", "/etc/c.pem", "/etc/k.pem") == {
+        "tls_server_config": {"cert_file": "/etc/c.pem", "key_file": "/etc/k.pem"}
+    }
+
+
+def test_promtool_accepts_the_web_configuration_file(tmp_path):
+    """Prometheus's own parser (exporter-toolkit's, which node exporter shares) reads the file: basic
+    auth alone, and with TLS (promtool also loads the certificate and key: a pair made here)."""
+    path = tmp_path / "web.yml"
+    path.write_text(yaml.safe_dump(web_config("prom", HASH)))
+    rc, out = run_promtool("check", "web-config", str(path))
+    assert rc == 0, out
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+         "-subj", "/CN=n1", "-addext", "subjectAltName=IP:10.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    path.write_text(yaml.safe_dump(web_config("prom", HASH, str(cert), str(key))))
+    rc, out = run_promtool("check", "web-config", str(path))
+    assert rc == 0, out
+    path.write_text(yaml.safe_dump(web_config("prom", HASH, str(cert), str(tmp_path / "missing.pem"))))
+    assert run_promtool("check", "web-config", str(path))[0] != 0
+
+
+def test_node_exporter_1_5_and_later_take_web_config_file():
+    # Debian 12's candidate, recorded (tests/fixtures/apt/SOURCES.md).
+    policy = (FIXTURES / "apt" / "bookworm-prometheus-node-exporter.txt").read_text()
+    assert node_exporter_web_flag(policy) == "--web.config.file"
+
+
+@pytest.mark.parametrize(
+    ("installed", "candidate", "flag"),
+    [
+        ("1.3.1-1ubuntu0.22.04.2", "1.3.1-1ubuntu0.22.04.2", "--web.config"),  # Ubuntu 22.04's 1.3.1
+        ("(none)", "1.3.1-1", "--web.config"),  # not installed yet: the candidate decides
+        ("1:1.4.0-1", "1:1.4.0-1", "--web.config"),
+        ("1.7.0-1ubuntu0.3", "1.7.0-1ubuntu0.3", "--web.config.file"),  # Ubuntu 24.04
+    ],
+)
+def test_node_exporter_before_1_5_takes_web_config(installed, candidate, flag):
+    # In apt-cache policy's layout (the parser itself is tested on recordings in test_apt_index.py).
+    policy = (
+        f"prometheus-node-exporter:\n  Installed: {installed}\n  Candidate: {candidate}\n  Version table:\n"
+        f" *** {candidate} 500\n        500 http://archive.ubuntu.com/ubuntu jammy/universe amd64 Packages\n"
+    )
+    assert node_exporter_web_flag(policy) == flag
+
+
+def test_no_known_node_exporter_version_is_refused():
+    with pytest.raises(ValueError, match="apt knows no version of prometheus-node-exporter"):
+        node_exporter_web_flag("")
