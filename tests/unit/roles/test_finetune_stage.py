@@ -10,8 +10,8 @@ with the role's defaults and variables, its folders under the test's temporary f
   own /tmp, people's homes out of sight) without what would take the GPUs, RDMA or shared memory from it,
   and systemd-analyze accepts it.
 
-The training account is root here (nobody else can own the files a local run writes); the group, not the
-account, is what the modes open the files to."""
+The training account is root here (nobody else can own the files a local run writes), its group another
+one: the group, not the account, is what the modes open the files to."""
 
 import grp
 import json
@@ -28,7 +28,8 @@ from tests.unit.conftest import ROOT, role_step_playbook, run_local_play
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the stage writes files owned by root")
 
 JOB = "stage-step"
-GROUP = grp.getgrgid(0).gr_name
+# The training account's group: one that is not root's, so that a file left root's group is seen.
+GROUP = next(name for name in ("nogroup", "users", "daemon") if name in {group.gr_name for group in grp.getgrall()})
 # What a value of a file that a shell sources must not do, and the spaces it must keep.
 # A made-up hub token.
 TOKEN = "hf_" + "madeup0123"
@@ -107,10 +108,14 @@ def service_settings(unit_text):
 def staged(tmp_path_factory):
     """The job staged with a hub token, then again without it (as each run leaves it)."""
     tmp_path = tmp_path_factory.mktemp("staged")
-    first, paths = stage(tmp_path, finetune_hf_token=TOKEN)
+    # A model folder on the controller, copied to the node.
+    (tmp_path / "tiny-model" / "tokenizer").mkdir(parents=True)
+    (tmp_path / "tiny-model" / "config.json").write_text("{}\n")
+    (tmp_path / "tiny-model" / "tokenizer" / "vocab.json").write_text("{}\n")
+    first, paths = stage(tmp_path, finetune_hf_token=TOKEN, finetune_model_src=str(tmp_path / "tiny-model"))
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     secrets = (paths["conf"] / JOB / "secrets.env").read_text(), mode_and_group(paths["conf"] / JOB / "secrets.env")[0]
-    second, _paths = stage(tmp_path)
+    second, _paths = stage(tmp_path, finetune_model_src=str(tmp_path / "tiny-model"))
     assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
     return {"first": first, "second": second, "paths": paths, "tmp": tmp_path, "secrets": secrets}
 
@@ -131,12 +136,14 @@ def hostile(tmp_path_factory):
 def test_the_jobs_data_is_open_to_the_training_accounts_group_only(staged):
     paths, tmp_path = staged["paths"], staged["tmp"]
     job, conf = paths["root"] / JOB, paths["conf"] / JOB
-    folders = [paths["root"], job, job / "data", job / "metrics", conf, paths["log"],
-               tmp_path / "var" / "hf-home"]  # fmt: skip
+    model = tmp_path / "var" / "models" / "tiny-model"
+    folders = [paths["root"], job, job / "data", job / "metrics", conf, paths["log"], tmp_path / "var" / "hf-home",
+               model, model / "tokenizer"]  # fmt: skip
     for folder in folders:
         assert mode_and_group(folder) == ("0750", GROUP), folder
     for data in [job / "data" / "train.jsonl", job / "data" / "dataset_info.json", conf / "train.yaml",
-                 conf / "ds_config.json", paths["log"] / "train.log"]:  # fmt: skip
+                 conf / "ds_config.json", paths["log"] / "train.log", model / "config.json",
+                 model / "tokenizer" / "vocab.json"]:  # fmt: skip
         assert mode_and_group(data) == ("0640", GROUP), data
     # Read by systemd alone, and it may hold the proxy's password.
     assert mode_and_group(conf / "launch.env")[0] == "0600"
