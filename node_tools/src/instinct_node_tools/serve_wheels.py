@@ -202,7 +202,7 @@ def _server_class(address):
 
 
 def parse(argv):
-    parser = argparse.ArgumentParser(prog="instinct-serve-wheels", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="instinct-serve-wheels", description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("directory")
     parser.add_argument("address")
     parser.add_argument("port", type=int)
