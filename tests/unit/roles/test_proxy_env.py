@@ -27,6 +27,7 @@ from typing import ClassVar
 import jinja2
 import pytest
 import yaml
+from ansible.plugins.filter import core as core_filters
 
 from ansible_collections.instinct.finetune.plugins.filter.finetune import FilterModule
 from ansible_collections.instinct.finetune.plugins.module_utils import proxy
@@ -296,9 +297,10 @@ def test_a_proxy_url_without_a_scheme_stops_the_step_naming_host_and_runbook(tmp
 
 def test_the_jobs_launch_env_carries_the_proxy_and_nothing_without_one():
     env_file = FilterModule().filters()["env_file"]
-    template = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True).from_string(  # noqa: S701
-        (ROOT / "roles/finetune/templates/launch.env.j2").read_text()
-    )
+    environment = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True)  # noqa: S701
+    # The template quotes its values with Ansible's own quote filter, as the role renders it.
+    environment.filters["quote"] = core_filters.quote
+    template = environment.from_string((ROOT / "roles/finetune/templates/launch.env.j2").read_text())
     nodes = [{"name": "node1", "fabric": "10.10.0.11"}, {"name": "node2", "fabric": "10.10.0.12"}]
     common = {
         "ansible_managed": "managed", "finetune_node_rank": 0, "finetune_job_name": "tiny-sft",
