@@ -40,8 +40,8 @@ def test_the_training_account_gets_no_login_shell():
     assert COMMON["instinct_user_shell"] == "/usr/sbin/nologin"
     created = [(path, task) for path, task in role_tasks() if "ansible.builtin.user" in task]
     # The rocm role (GPU groups) and the instinct_python role (the venv's owner) both make the account.
-    assert {str(path) for path, _task in created} == {"roles/rocm/tasks/access.yml",
-                                                        "roles/instinct_python/tasks/venv.yml"}  # fmt: skip
+    makers = {str(path) for path, _task in created}
+    assert makers == {"roles/rocm/tasks/access.yml", "roles/instinct_python/tasks/venv.yml"}
     for path, task in created:
         assert task["ansible.builtin.user"]["shell"] == "{{ instinct_user_shell }}", path
 
