@@ -9,12 +9,16 @@ systemd is answered by a stand-in systemctl first on PATH (the systemd boundary)
 a file the test writes, and every start or stop it is asked for is logged. The job's files are under
 the test's temporary folder."""
 
+import grp
 import json
 import re
 
 import yaml
 
 from tests.unit.conftest import ROOT, role_step_playbook, run_local_play
+
+# A group this machine has (the role gives the job's files to the training account's group).
+GROUP = next(name for name in ("nogroup", "users", "daemon") if name in {group.gr_name for group in grp.getgrall()})
 
 SYSTEMCTL = r"""#!/bin/sh
 # Stand-in for systemd: a unit's ActiveState is the content of states/UNIT (inactive without one).
@@ -202,6 +206,8 @@ class Node:
             "finetune_launch_record": record,
             "finetune_files": {"fingerprint": record.split()[0], "settings": settings},
             "finetune_resume": resume,
+            # The job's files go to the training account's group (issue 32): one this machine has.
+            "instinct_group": GROUP,
         }
         return run_local_play(self.tmp / "play.yml", extravars, bin_dir=self.bin)
 
