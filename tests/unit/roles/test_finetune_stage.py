@@ -233,3 +233,26 @@ SANDBOX = {
     "ProtectHome", "ProtectKernelTunables", "ProtectKernelModules", "ProtectKernelLogs", "ProtectControlGroups",
     "ProtectHostname", "RestrictRealtime", "RestrictNamespaces", "LockPersonality", "SystemCallArchitectures", "UMask",
 }  # fmt: skip
+
+
+@pytest.mark.parametrize("folder", ["metrics", "data"])
+def test_a_link_the_training_account_put_in_place_of_a_job_folder_is_refused_not_followed(tmp_path, folder):
+    """The training account owns the job's folder, so it can put a link where root then makes the job's
+    metrics or data folder. Root must not follow it: before the fix the stage gave the link's target
+    (here a folder standing for /usr/local/bin) to the account's group with the job folder's mode."""
+    victim = tmp_path / "usr-local-bin"
+    victim.mkdir()
+    victim.chmod(0o755)
+    before = victim.stat()
+    job_dir = tmp_path / "var" / "jobs" / JOB
+    job_dir.mkdir(parents=True)
+    (job_dir / folder).symlink_to(victim)
+    proc, _paths = stage(tmp_path)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert "already exists as a link" in proc.stdout, proc.stdout[-3000:]
+    after = victim.stat()
+    assert (stat.S_IMODE(after.st_mode), after.st_uid, after.st_gid) == (
+        stat.S_IMODE(before.st_mode),
+        before.st_uid,
+        before.st_gid,
+    )
