@@ -154,6 +154,7 @@ errors:
 """
 
 import os
+import stat
 import time
 from collections import deque
 
@@ -187,20 +188,54 @@ UNIT_PROPERTIES = (
 CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/systemd")
 
 
-def _read(path):
+# The largest file read whole: a job's small files (fingerprint, exit record, a rank's progress) are
+# bytes; the Trainer's log of a long job a few MiB.
+READ_LIMIT = 64 * 1024 * 1024
+
+
+def _open(path):
+    """A regular file opened for reading, never through a link and never blocking; None otherwise.
+
+    This module runs as root and reads files in the job's folder, which the training account owns (a
+    job can run the account's code): a link there in place of the fingerprint or the exit record would
+    have root read what it points at (the job's secrets.env) into the play's output, and a FIFO would
+    hang the watch."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
+        fd = os.open(path, flags)
     except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > READ_LIMIT:
+            os.close(fd)
+            return None
+        return os.fdopen(fd, encoding="utf-8", errors="replace")
+    except OSError:
+        os.close(fd)
         return None
 
 
+def _read(path):
+    handle = _open(path)
+    if handle is None:
+        return None
+    with handle:
+        try:
+            return handle.read(READ_LIMIT)
+        except OSError:
+            return None
+
+
 def _tail(path, lines):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return [line.rstrip("\n") for line in deque(handle, maxlen=lines)]
-    except OSError:
+    handle = _open(path)
+    if handle is None:
         return []
+    with handle:
+        try:
+            return [line.rstrip("\n") for line in deque(handle, maxlen=lines)]
+        except OSError:
+            return []
 
 
 def _checkpoint_listing(output_dir):
@@ -211,7 +246,8 @@ def _checkpoint_listing(output_dir):
         return listing
     for name in names:
         path = os.path.join(output_dir, name)
-        if name.startswith("checkpoint-") and os.path.isdir(path):
+        # Not through a link: the names of what it points at are no business of the play's.
+        if name.startswith("checkpoint-") and os.path.isdir(path) and not os.path.islink(path):
             listing[name] = os.listdir(path)
     return listing
 
@@ -229,8 +265,8 @@ def _idle_seconds(params, unit):
                 ranks.append(parse_rank_progress(_read(os.path.join(params["metrics_dir"], name))))
     # The master also logs each step to trainer_log.jsonl (the only mark when progress metrics are off).
     trainer_log = os.path.join(params["output_dir"], "trainer_log.jsonl")
-    if os.path.exists(trainer_log):
-        ranks.append({"instinct_finetune_last_step_timestamp_seconds": os.path.getmtime(trainer_log)})
+    if os.path.isfile(trainer_log) and not os.path.islink(trainer_log):
+        ranks.append({"instinct_finetune_last_step_timestamp_seconds": os.lstat(trainer_log).st_mtime})
     started = None
     try:
         since_boot = int(unit.get("ActiveEnterTimestampMonotonic") or 0) / 1e6

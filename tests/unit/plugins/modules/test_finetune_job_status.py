@@ -273,3 +273,28 @@ def test_the_settings_of_the_launch_come_from_the_jobs_history(tmp_path, monkeyp
     assert result["launched_settings"] == {}
     missing = dict(params, history_file=str(tmp_path / "none.jsonl"))
     assert run_main(monkeypatch, capsys, missing, [(0, ENDED, "")])[1]["launched_settings"] == {}
+
+
+def test_links_and_fifos_the_training_account_puts_in_its_job_folder_are_not_read(tmp_path, monkeypatch, capsys):
+    """The module runs as root; the job's folder is the training account's. Before the fix a link in
+    place of the fingerprint put the job's secrets.env into the result (and the plan's message), and a
+    FIFO in place of the exit record hung the watch."""
+    params = make_job(tmp_path)
+    job_dir = tmp_path / "jobs" / "tiny-sft"
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text("HF_TOKEN=hf_secret_from_root_only_file\n")
+    (job_dir / "fingerprint").unlink()
+    (job_dir / "fingerprint").symlink_to(secrets)
+    os.mkfifo(job_dir / "exit-status")
+    output = job_dir / "output"
+    (output / "checkpoint-50").symlink_to(tmp_path)
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    (metrics / "rank0.prom").symlink_to(secrets)
+    rc, result, _calls, _clock = run_main(
+        monkeypatch, capsys, dict(params, metrics_dir=str(metrics)), [(0, RUNNING, "")]
+    )
+    assert rc == 0
+    assert "hf_secret" not in json.dumps(result)
+    assert result["fingerprint"] == "" and result["exit"] in (None, {})
+    assert [c["step"] for c in result["checkpoints"]] == [10, 20, 30]
