@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTIONS = ROOT / ".venv" / "collections"
@@ -89,3 +90,19 @@ def run_local_play(playbook, extravars, check=False, bin_dir=None, env=None, *, 
          "-e", json.dumps(extravars), *(["--check"] if check else [])],
         capture_output=True, text=True, env=run_env, check=False, cwd=ROOT, timeout=300,
     )  # fmt: skip
+
+
+def tasks_of(items):
+    """Every task of a task list, the tasks of its blocks (block, rescue, always) included."""
+    for task in items or []:
+        if isinstance(task, dict):
+            yield task
+            for key in ("block", "rescue", "always"):
+                yield from tasks_of(task.get(key))
+
+
+def role_tasks(roles="*"):
+    """(path relative to ROOT, task) of every task in the task files of ``roles`` (a glob)."""
+    for path in sorted(ROOT.glob(f"roles/{roles}/tasks/*.yml")):
+        for task in tasks_of(yaml.safe_load(path.read_text())):
+            yield path.relative_to(ROOT), task

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ansible_collections.instinct.finetune.plugins.module_utils import jobspec
-from tests.unit.conftest import ROOT
+from tests.unit.conftest import ROOT, role_tasks
 
 RUNBOOKS = sorted((ROOT / "docs" / "runbooks").glob("*.md"))
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
@@ -77,19 +77,10 @@ PLUGINS = {path.stem for path in ROOT.glob("plugins/modules/*.py")} | {
 def role_facts():
     """The facts the roles' tasks set (set_fact) or register, which a runbook may name to read."""
     names = set()
-
-    def walk(tasks):
-        for task in tasks or []:
-            if not isinstance(task, dict):
-                continue
-            names.update([task["register"]] if isinstance(task.get("register"), str) else [])
-            facts = task.get("ansible.builtin.set_fact")
-            names.update(facts if isinstance(facts, dict) else [])
-            for key in ("block", "rescue", "always"):
-                walk(task.get(key))
-
-    for path in ROOT.glob("roles/*/tasks/*.yml"):
-        walk(yaml.safe_load(path.read_text()))
+    for _path, task in role_tasks():
+        names.update([task["register"]] if isinstance(task.get("register"), str) else [])
+        facts = task.get("ansible.builtin.set_fact")
+        names.update(facts if isinstance(facts, dict) else [])
     return names
 
 

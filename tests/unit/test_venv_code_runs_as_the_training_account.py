@@ -4,11 +4,9 @@ task of every role that runs a program of the venv (its Python, pip, ds_report, 
 points installed there) must run it as the training account."""
 
 import json
-from pathlib import Path
 
-import yaml
+from tests.unit.conftest import role_tasks
 
-ROOT = Path(__file__).resolve().parents[2]
 # The modules through which a task runs a program.
 RUNNERS = (
     "ansible.builtin.command",
@@ -20,22 +18,12 @@ RUNNERS = (
 )
 
 
-def tasks(items):
-    for task in items or []:
-        if not isinstance(task, dict):
-            continue
-        for section in ("block", "rescue", "always"):
-            yield from tasks(task.get(section))
-        yield task
-
-
 def venv_runs():
     """(file, task name, become_user) of every task whose program or interpreter is the venv's."""
-    for path in sorted(ROOT.glob("roles/*/tasks/*.yml")):
-        for task in tasks(yaml.safe_load(path.read_text())):
-            runner = next((name for name in RUNNERS if name in task), None)
-            if runner and "instinct_venv" in json.dumps(task[runner]):
-                yield str(path.relative_to(ROOT)), task.get("name"), task.get("become_user")
+    for path, task in role_tasks():
+        runner = next((name for name in RUNNERS if name in task), None)
+        if runner and "instinct_venv" in json.dumps(task[runner]):
+            yield str(path), task.get("name"), task.get("become_user")
 
 
 def test_every_run_of_the_venvs_code_is_the_training_accounts():

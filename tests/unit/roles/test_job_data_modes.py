@@ -6,19 +6,11 @@ that need a trained job to run (the evaluation's, the launch's) included."""
 
 import yaml
 
-from tests.unit.conftest import ROOT
+from tests.unit.conftest import ROOT, tasks_of
 
 # Written where systemd reads units; no data of the job in it.
 UNIT_TASK = "Install the job's systemd unit"
 MODULES = ("ansible.builtin.copy", "ansible.builtin.template", "ansible.builtin.file", "ansible.builtin.lineinfile")
-
-
-def tasks_of(node):
-    for task in node or []:
-        if isinstance(task, dict):
-            yield task
-            for key in ("block", "rescue", "always"):
-                yield from tasks_of(task.get(key))
 
 
 def written_modes():

@@ -15,25 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.unit.conftest import ROOT, run_local_play
+from tests.unit.conftest import ROOT, role_tasks, run_local_play
 
 ROLES = ROOT / "roles"
 COMMON = yaml.safe_load((ROLES / "common" / "defaults" / "main.yml").read_text())
-
-
-def tasks_of(node):
-    """Every task in a task list, blocks opened."""
-    for task in node or []:
-        if isinstance(task, dict):
-            yield task
-            for key in ("block", "rescue", "always"):
-                yield from tasks_of(task.get(key))
-
-
-def role_tasks():
-    for path in sorted(ROLES.glob("*/tasks/*.yml")):
-        for task in tasks_of(yaml.safe_load(path.read_text())):
-            yield path.relative_to(ROOT), task
 
 
 def test_the_training_account_gets_no_login_shell():
