@@ -16,6 +16,7 @@ Pure functions are tested by importing them from ``node_tools/src`` (put on the 
 
 import importlib.metadata
 import os
+import pwd
 import socket
 import subprocess
 import sys
@@ -173,7 +174,10 @@ class GpuNode:
         )
 
     def collect(self, rocm_smi, amd_smi, *extra):
-        """One tick of the timer; returns (what it logged, instinct_gpu.prom)."""
+        """One tick of the timer; returns (what it logged, instinct_gpu.prom). The training account is
+        the one running the tests (which wrote the ranks' files) unless ``extra`` names another."""
+        if "--training-user" not in extra:
+            extra = (*extra, "--training-user", pwd.getpwuid(os.geteuid()).pw_name)
         done = self.tools.run(
             "instinct-gpu-collector",
             "--textfile-dir", self.textfile,

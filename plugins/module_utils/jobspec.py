@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import re
+import shlex
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
@@ -538,15 +539,23 @@ def _flatten(document, prefix, flat):
 
 
 def parse_env_file(text):
-    """KEY=VALUE lines of an environment file as a dict (comments and blank lines skipped)."""
+    """KEY=VALUE lines of an environment file as a dict (comments and blank lines skipped). The roles
+    write each value as a POSIX shell quotes it (Ansible's quote filter: systemd's EnvironmentFile reads
+    that quoting the same way), so a value is read back with the shell's rules: 'it'"'"'s' is it's,
+    not the text between the first and the last quote. A value the shell could not read (an unclosed
+    quote: a file edited by hand) is kept as written."""
     values = {}
     for raw in (text or "").splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         key, sep, value = line.partition("=")
-        if sep:
-            values[key.strip()] = value.strip().strip('"').strip("'")
+        if not sep:
+            continue
+        try:
+            values[key.strip()] = " ".join(shlex.split(value))
+        except ValueError:
+            values[key.strip()] = value.strip()
     return values
 
 

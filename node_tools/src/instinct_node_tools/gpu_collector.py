@@ -156,7 +156,7 @@ def main(argv=None):
     parser.add_argument(
         "--training-user",
         default="instinct",
-        help="the account that runs the jobs: only its files and root's are read from the ranks' folders",
+        help="the account that runs the jobs: only its rank files are read, in its folders or root's",
     )
     args = parser.parse_args(argv)
     run = Runner({"amd-smi": args.amd_smi, "rocm-smi": args.rocm_smi}, args.timeout)

@@ -9,9 +9,12 @@ folder, which every local user can read. So nothing but what the ranks wrote may
 - the folders the pattern's wildcards match and the files are opened one component at a time,
   relative to the folder above, never through a link (``O_NOFOLLOW``): a ``rank0.prom`` or a
   ``metrics`` folder that links to a root-only file or folder is refused, not read;
-- every folder and file must belong to the training account or to root, and a file must be a
-  regular file with one link (a hard link to another account's file is refused), of at most
-  MAX_BYTES; opening it never blocks (``O_NONBLOCK``: a FIFO is refused, not waited on);
+- every folder must belong to the training account or to root (the jobs' root is root's), and every
+  file to the training account, which is the only account the ranks run as: a file of root's in a
+  folder the account owns was put there by something else (a rename or a link where the kernel does
+  not protect hard links), and is refused. A file must be a regular file with one link (a hard link
+  to another account's file is refused), of at most MAX_BYTES; opening it never blocks
+  (``O_NONBLOCK``: a FIFO is refused, not waited on);
 - what such a file holds is parsed by prometheus_client, and only samples of the progress metrics
   with exactly the progress labels pass, their ``finetune_job`` the job's folder name and their
   ``rank`` the ``N`` of the file's name (one job's files cannot speak for another job or rank).
@@ -56,16 +59,28 @@ class Owners:
         self.uids = {0} if self.training_uid is None else {0, self.training_uid}
 
     def check(self, info):
+        """A folder: the training account's or root's."""
         if info.st_uid in self.uids:
             return
+        raise Refused(f"owned by uid {info.st_uid}{self._name(info.st_uid)}, neither the training account "
+                      f"{self.account} ({self._training()}) nor root")  # fmt: skip
+
+    def check_file(self, info):
+        """A rank file: the training account's alone."""
+        if self.training_uid is not None and info.st_uid == self.training_uid:
+            return
+        raise Refused(f"owned by uid {info.st_uid}{self._name(info.st_uid)}, not by the training account "
+                      f"{self.account} ({self._training()}), which the ranks run as")  # fmt: skip
+
+    @staticmethod
+    def _name(uid):
         try:
-            name = f" ({pwd.getpwuid(info.st_uid).pw_name})"
+            return f" ({pwd.getpwuid(uid).pw_name})"
         except KeyError:
-            name = ""
-        training = f"uid {self.training_uid}" if self.training_uid is not None else "no such account on this node"
-        raise Refused(
-            f"owned by uid {info.st_uid}{name}, neither the training account {self.account} ({training}) nor root"
-        )
+            return ""
+
+    def _training(self):
+        return f"uid {self.training_uid}" if self.training_uid is not None else "no such account on this node"
 
 
 def _kind(info):
@@ -118,8 +133,8 @@ def open_folder(folder_fd, name, owners):
 
 def read_file(folder_fd, name, owners):
     """The text of the file ``name`` in ``folder_fd``, read as root may read a file another account
-    placed: not through a link, a regular file with one link, owned by the training account or root,
-    at most MAX_BYTES; bytes that are not UTF-8 replaced (the parser then refuses their lines)."""
+    placed: not through a link, a regular file with one link, owned by the training account, at most
+    MAX_BYTES; bytes that are not UTF-8 replaced (the parser then refuses their lines)."""
     try:
         fd = os.open(name, _OPEN | os.O_NONBLOCK, dir_fd=folder_fd)
     except FileNotFoundError:
@@ -132,7 +147,7 @@ def read_file(folder_fd, name, owners):
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise Refused(f"{_kind(info)}, not a regular file")
-        owners.check(info)
+        owners.check_file(info)
         if info.st_nlink != 1:
             raise Refused(f"{info.st_nlink} hard links: it may be another file than the rank's")
         if info.st_size > MAX_BYTES:

@@ -172,7 +172,7 @@ def test_a_hard_link_to_another_file_is_not_read(gpu_node, tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another account (chown) needs root")
-def test_only_the_training_accounts_and_roots_files_and_folders_are_read(gpu_node):
+def test_only_the_training_accounts_files_in_its_or_roots_folders_are_read(gpu_node):
     rocm_smi = gpu_node.recorded_rocm_smi()
     metrics = gpu_node.jobs / "a" / "metrics"
     training = pwd.getpwnam("nobody").pw_uid  # the training account of this test
@@ -189,12 +189,13 @@ def test_only_the_training_accounts_and_roots_files_and_folders_are_read(gpu_nod
 
     said, _gpu = gpu_node.collect(rocm_smi, gpu_node.missing("no-amd-smi"), "--training-user", "nobody")
     merged = (gpu_node.textfile / "instinct_finetune.prom").read_text()
-    assert samples(merged) == {
-        ("instinct_finetune_step", rank_labels("a", 0)): 10,
-        ("instinct_finetune_step", rank_labels("a", 1)): 11,
-    }
+    # rank1.prom is root's: the ranks run as the training account, so root's file in its folder was
+    # put there by something else (it was read before the review of issue 32).
+    assert samples(merged) == {("instinct_finetune_step", rank_labels("a", 0)): 10}
+    not_training = f"not by the training account nobody (uid {training}), which the ranks run as"
+    assert f"{metrics}/rank1.prom: owned by uid 0 (root), {not_training}" in said, said
+    assert f"{metrics}/rank2.prom: owned by uid {stranger}, {not_training}" in said, said
     owners = f"owned by uid {stranger}, neither the training account nobody (uid {training}) nor root"
-    assert f"{metrics}/rank2.prom: {owners}" in said, said
     assert f"{gpu_node.jobs}/f: {owners}" in said, said
 
 

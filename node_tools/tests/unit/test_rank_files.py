@@ -127,16 +127,41 @@ def test_past_the_cap_on_files_the_rest_are_named_not_read(jobs, monkeypatch):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another account (chown) needs root")
-def test_an_owner_other_than_the_training_account_or_root_is_refused(jobs):
+def test_a_rank_file_of_any_account_but_the_training_one_is_refused_roots_included(jobs):
+    """Root's file in the account's folder (review of issue 32: it was read) and another account's are
+    refused; the folders above them may be root's."""
+    metrics = jobs / "a" / "metrics"
+    os.chown(metrics, 34567, -1)
+    (metrics / "rank0.prom").write_text(rank_line("a", 0))
+    (metrics / "rank1.prom").write_text(rank_line("a", 1))
+    (metrics / "rank2.prom").write_text(rank_line("a", 2))
+    os.chown(metrics / "rank1.prom", 34567, -1)
+    os.chown(metrics / "rank2.prom", 45678, -1)
+    files, problems = rank_files.read(pattern(jobs), owners_of(34567))
+    assert [path for path, _text in files] == [str(metrics / "rank1.prom")]
+    assert problems == [
+        f"{metrics}/rank0.prom: owned by uid 0 (root), not by the training account trainer (uid 34567), "
+        "which the ranks run as",
+        f"{metrics}/rank2.prom: owned by uid 45678, not by the training account trainer (uid 34567), "
+        "which the ranks run as",
+    ]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another account (chown) needs root")
+def test_a_folder_of_another_account_is_refused(jobs):
     metrics = jobs / "a" / "metrics"
     (metrics / "rank0.prom").write_text(rank_line("a", 0))
-    os.chown(metrics / "rank0.prom", 34567, -1)
-    files, problems = rank_files.read(pattern(jobs), rank_files.Owners("no-such-account-here"))
+    os.chown(metrics, 45678, -1)
+    files, problems = rank_files.read(pattern(jobs), owners_of(34567))
     assert files == []
-    assert problems == [
-        f"{metrics}/rank0.prom: owned by uid 34567, neither the training account no-such-account-here "
-        "(no such account on this node) nor root"
-    ]
+    assert problems == [f"{metrics}: owned by uid 45678, neither the training account trainer (uid 34567) nor root"]
+
+
+def owners_of(uid):
+    """The Owners of a training account "trainer" of this uid, which this machine lacks."""
+    owners = rank_files.Owners("no-such-account-here")
+    owners.account, owners.training_uid, owners.uids = "trainer", uid, {0, uid}
+    return owners
 
 
 def test_a_rank_file_speaks_for_its_job_and_rank_only():

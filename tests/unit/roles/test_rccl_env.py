@@ -170,10 +170,13 @@ def test_a_shell_that_sources_the_file_sets_fabric_envs_values_and_runs_nothing(
         "UCX_NET_DEVICES": "it's; touch " + str(canary),
         "NCCL_P2P_LEVEL": 'a "b" \\c',
     }
-    text, _env = render(["gfx942"], EIGHT_RAILS, gid_index=3, extra=hostile)
+    text, env = render(["gfx942"], EIGHT_RAILS, gid_index=3, extra=hostile)
     read = sourced(text, tmp_path)
     assert {name: read[name] for name in hostile} == hostile
     assert not canary.exists()
+    # The collection's own reader of the file (diagnose, the rccl-tests gate) reads what the shell
+    # reads (review of issue 32: it stripped one pair of quotes, so it's came back as it'"'"'s).
+    assert {name: env[name] for name in hostile} == hostile
     # The settings of a node, quoted only where they need it, read the same.
     assert read["NCCL_IB_HCA"] == "=" + ",".join(EIGHT_RAILS) and read["MASTER_ADDR"] == "10.10.0.11"
     assert "NCCL_IB_HCA==mlx5_0:1," in text and "PYTORCH_HIP_ALLOC_CONF=max_split_size_mb:512" in text
