@@ -2,7 +2,8 @@
 run by ansible-playbook on a local node against a key served over HTTP, refuse a download that holds
 AMD's key and a second key, naming the node, the URL, both fingerprints and the runbook, before they
 write anything (the old rocm check passed it: the pinned fingerprint was among those found; the
-monitoring role wrote the download unchecked). Runs in check mode, so that nothing of this machine's apt
+monitoring role wrote the download unchecked); a repository that does not answer leaves the monitoring role
+on its own collector. Runs in check mode, so that nothing of this machine's apt
 configuration could change even if a refusal regressed. And every keyring a role writes is the
 pinned_key result of the same file, never a download."""
 
@@ -45,14 +46,15 @@ def served(tmp_path_factory):
         subprocess.run(["gpgconf", "--homedir", str(key.home), "--kill", "gpg-agent"], check=False)
 
 
-def run_step(tmp_path, role, task_file, extravars):
-    """The role's task file on node1 in check mode: [(task name, result)] in the order they ran."""
+def run_step(tmp_path, role, task_file, extravars, rc=2):
+    """The role's task file on node1 in check mode: [(task name, result)] in the order they ran. ``rc``:
+    ansible-playbook's exit status the run must end with (2: the host failed)."""
     play = tmp_path / "play.yml"
     play.write_text(role_step_playbook(role, task_file, f"Run {task_file}"))
     proc = run_local_play(
         play, extravars, check=True, env={"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json", "no_proxy": "127.0.0.1"}
     )
-    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]  # 2: the host failed
+    assert proc.returncode == rc, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(proc.stdout[proc.stdout.find("{") :])
     return [(task["task"]["name"], task["hosts"]["node1"]) for task in report["plays"][0]["tasks"]]
 
@@ -94,6 +96,38 @@ def test_the_monitoring_role_refuses_a_download_with_a_second_key_for_amds_expor
     assert other.fingerprint in message
     assert "monitoring_amd_exporter_key_fingerprint" in message
     assert message.endswith("See docs/runbooks/monitoring-exporter.md")
+    assert not keyring.parent.exists()
+
+
+def test_the_monitoring_role_falls_back_to_its_collector_when_amds_exporter_repository_does_not_answer(
+    served, tmp_path
+):
+    """monitoring_gpu_exporter: amd with a repository that has no Release for the suite (404 here, as
+    for a site without AMD's exporter mirror): the collection's collector serves the GPUs, a warning
+    names the node, the URL and the runbook, and no key is fetched nor apt source written (an
+    unreachable repository would break every later apt update on the node)."""
+    base, amd, _other = served
+    repo = f"{base}/device-metrics-exporter/apt/9.9.9"
+    keyring = tmp_path / "keyrings" / "instinct-amd-exporter.asc"
+    ran = dict(
+        run_step(
+            tmp_path, "monitoring", "amd_exporter.yml",
+            {"monitoring_amd_exporter_repo_url": repo,
+             "monitoring_amd_exporter_key_url": f"{base}/rocm/rocm.gpg.key",
+             "monitoring_amd_exporter_key_fingerprint": amd.fingerprint,
+             "monitoring_amd_exporter_keyring": str(keyring)},
+            rc=0,
+        )
+    )  # fmt: skip
+    assert ran["Check that AMD's device metrics exporter repository answers"]["status"] == 404
+    assert ran["Record whether AMD's exporter can be installed"]["ansible_facts"] == {
+        "monitoring_gpu_exporter_active": "instinct"
+    }
+    warning = " ".join(ran["Warn that the collection's collector stands in for AMD's exporter"]["msg"].split())
+    assert warning.startswith(f"node1: monitoring_gpu_exporter is 'amd', but {repo} does not answer for 'jammy'")
+    assert "The collection's GPU collector serves the GPU metrics instead" in warning
+    assert warning.endswith("docs/runbooks/monitoring-exporter.md")
+    assert ran["Download the key that signs AMD's exporter repository"].get("skipped") is True
     assert not keyring.parent.exists()
 
 
