@@ -682,7 +682,8 @@ def stop_a_resume_whose_rank_froze(saved):
 def resume_while_site_yml_runs_again(saved):
     """The last resume is launched without waiting; finetune.yml of another job while it runs is
     refused, naming it; site.yml --check --diff while it runs predicts no
-    change; then site.yml is run again while it trains. Its
+    change; then site.yml is run again while it trains, and a second operator's preflight.yml started
+    during its stack stage is refused by the run lock. Its
     node2 worker is held (SIGSTOP) from launch until site.yml's watch starts, because the resume's
     40 steps take less time than site.yml's stages before it; the job is live all along. site.yml
     holds back in every stage that could disturb the job, changes nothing there, re-attaches to the
@@ -706,13 +707,16 @@ def resume_while_site_yml_runs_again(saved):
     assert checked.rc == 0, checked.failures
     assert checked.changed_tasks() == []
     assert f"job {FAULT_JOB}: attach (running on every node)" in " ".join(str(d["msg"]) for d in checked.debug)
-    released = []
+    released, second = [], {}
 
     def release_at_the_watch(event):
         data = event.get("event_data") or {}
         if event.get("event") == "playbook_on_task_start" and data.get("task") == WATCH_TASK and not released:
             node(NODES[1], "pkill", "-CONT", "-f", WORKER)
             released.append(time.monotonic())
+        # A second operator's run while this one changes the nodes (issue 32).
+        if event.get("event") == "playbook_on_play_start" and data.get("play") == STACK_PLAY and not second:
+            second["thread"] = run_in_thread("preflight.yml", "", second)
 
     try:
         during = sandbox.run_playbook(
@@ -727,6 +731,7 @@ def resume_while_site_yml_runs_again(saved):
     sandbox.print_report(during)
     assert during.rc == 0, during.failures
     assert released, "site.yml never started watching the job"
+    a_second_run_was_refused_by_the_lock(second)
     shown = " ".join(str(d["msg"]) for d in during.debug)
     assert f"job {FAULT_JOB}: attach (running on every node)" in shown
     # Each stage that could disturb the job said why it held back, and did not act.
@@ -777,6 +782,25 @@ def the_full_fine_tunes_weights_load_and_beat_the_base_model():
 
 
 WATCH_TASK = "Watch the job until it ends, a rank dies or it stalls"
+STACK_PLAY = "Install the training stack (Python, PyTorch, DeepSpeed, LLaMA-Factory)"
+LOCK_TASK = "Take this node's run lock (a second run changing the node is refused)"
+
+
+def a_second_run_was_refused_by_the_lock(second):
+    """preflight.yml, started when site.yml began its stack stage: refused on both nodes at its first task,
+    naming site.yml's run, with nothing changed; site.yml went on (issue 32)."""
+    assert second, "site.yml never started its stack stage"
+    second["thread"].join(timeout=600)
+    refused = second["result"]
+    assert refused.rc != 0 and refused.failed_hosts() == NODES, refused.failures
+    for failure in refused.failures:
+        assert failure["task"] == LOCK_TASK, failure
+        message = " ".join(str(failure["msg"]).split())
+        assert "another run holds this node's run lock" in message and "site.yml), since" in message, message
+        assert message.endswith("See docs/runbooks/run-lock.md"), message
+    assert refused.changed == {}
+    assert refused.ran(LOCK_TASK) == NODES
+    assert refused.ran("Print every problem of every node in one table") == []
 
 
 def test_plain_ddp_still_trains_and_evaluates_with_fewer_ansible_workers_than_nodes(converged):

@@ -117,9 +117,19 @@ def test_the_guard_runs_before_the_role_writes_anything():
     """In the role's order, the guard comes right after the checks that only read (validate.yml), and
     before the steps that write on the nodes or start a unit."""
     block = yaml.safe_load((ROOT / "roles/finetune/tasks/main.yml").read_text())[0]["block"]
-    steps = [task["ansible.builtin.include_tasks"] for task in block]
+    steps = [task.get("ansible.builtin.include_tasks") for task in block]
     assert steps.index("guard.yml") == steps.index("validate.yml") + 1
     assert steps.index("guard.yml") < steps.index("stage.yml") < steps.index("launch.yml")
+
+
+def test_the_run_lock_is_released_after_the_launch_and_before_the_watch():
+    """Issue 32: a re-run of site.yml during the job re-attaches; the stages before the watch hold the lock."""
+    block = yaml.safe_load((ROOT / "roles/finetune/tasks/main.yml").read_text())[0]["block"]
+    steps = [task.get("ansible.builtin.include_tasks") or task.get("instinct.finetune.run_lock", {}).get("state")
+             for task in block]  # fmt: skip
+    assert steps.index("launch.yml") < steps.index("released") == steps.index("watch.yml") - 1
+    release = block[steps.index("released")]
+    assert "when" not in release  # also when the play does not wait (finetune_wait: false)
 
 
 # --- a resume with other settings: refused, or forced with a trail --------------------------------

@@ -87,8 +87,10 @@ def stand_in_lspci(tmp_path, fails=False):
 
 
 def play(tmp_path, nodes, extravars=None, check=False, lspci_fails=False):
+    # The local nodes share this machine: their run lock is the test's (one run, so it is only renewed).
+    extravars = {"instinct_run_lock_path": str(tmp_path / "run.lock"), **(extravars or {})}
     proc = run_local_play(
-        playbook(tmp_path), extravars or {}, check=check, bin_dir=stand_in_lspci(tmp_path, lspci_fails),
+        playbook(tmp_path), extravars, check=check, bin_dir=stand_in_lspci(tmp_path, lspci_fails),
         env=JSON_OUTPUT, inventory=inventory(tmp_path, nodes),
     )  # fmt: skip
     return proc, json_output(proc)
