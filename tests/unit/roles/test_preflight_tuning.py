@@ -8,9 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible_collections.instinct.finetune.plugins.module_utils.host_tuning import tuning_findings
-from tests.unit.conftest import run_local_play
+from tests.unit.conftest import ROOT, run_local_play
 
 PLAYBOOK = """\
 - name: Run preflight's host tuning step
@@ -62,3 +63,27 @@ def test_the_record_holds_what_the_node_runs_with_and_a_check_run_applies_nothin
         : len(record["cmdline_missing"])
     ]
     assert all(f["state"] == "missing" and "preflight_apply_tuning: true" in f["fix"] for f in findings)
+
+
+def test_every_reboot_takes_one_node_at_a_time_and_preflights_waits_for_the_running_job():
+    """Issue 32: a reboot handler that ignored running jobs and rebooted every node at once. Each reboot
+    in the roles is throttled to one node; preflight's asks the running-job guard first (the rocm role
+    holds its whole install back while a job trains)."""
+
+    reboots = {}
+    for path in sorted((ROOT / "roles").glob("*/*/*.yml")):
+        for task in yaml.safe_load(path.read_text()) or []:
+            if isinstance(task, dict) and "ansible.builtin.reboot" in task:
+                reboots[path.relative_to(ROOT).as_posix()] = task
+    assert sorted(reboots) == ["roles/preflight/handlers/main.yml", "roles/rocm/tasks/reboot.yml"]
+    assert all(task.get("throttle") == 1 for task in reboots.values()), reboots
+    handler = reboots["roles/preflight/handlers/main.yml"]
+    assert "preflight_running_jobs.jobs" in handler["when"]
+    steps = yaml.safe_load((ROOT / "roles/preflight/tasks/apply-tuning.yml").read_text())
+    names = [step["name"] for step in steps]
+    guard = names.index("Find the fine-tune jobs running on this node before it may reboot")
+    assert steps[guard]["instinct.finetune.running_jobs"] is None
+    # Asked before the task that notifies the reboot, and before the handlers are flushed.
+    reboot = "Reboot for the new kernel command line"
+    notifying = next(i for i, step in enumerate(steps) if reboot in step.get("notify", []))
+    assert guard < notifying < names.index("Run the tuning handlers before the state is read again")
