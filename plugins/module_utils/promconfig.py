@@ -82,6 +82,14 @@ def web_access(host, settings):
             f"{', '.join(given_tls)} set, {', '.join(missing)} empty. Set them (files on the controller; the "
             f"certificate must name the address Prometheus reaches the host at) or empty them all. See {RUNBOOK}."
         )
+    # Basic auth over plain http sends the password in clear on every scrape (issue 32, review): on a
+    # network where that is acceptable the operator says so.
+    if given and not given_tls and not settings.get("basic_auth_without_tls"):
+        raise ValueError(
+            f"{host}: basic auth without TLS sends the password in clear with every scrape and query. Set "
+            f"monitoring_tls_cert_src, monitoring_tls_key_src and monitoring_tls_ca_src too, or, on a management "
+            f"network where clear text is acceptable, monitoring_basic_auth_without_tls: true. See {RUNBOOK}."
+        )
     return {"basic_auth": bool(given), "tls": bool(given_tls), "scheme": "https" if given_tls else "http"}
 
 

@@ -204,6 +204,7 @@ def test_basic_auth_and_tls_give_both_their_web_configuration_and_prometheus_its
 
 def test_node_exporter_1_5_takes_web_config_file(tmp_path):
     settings = {
+        "monitoring_basic_auth_without_tls": True,
         "monitoring_basic_auth_user": "prom",
         "monitoring_basic_auth_password": PASSWORD,
         "monitoring_basic_auth_password_hash": HASH,
@@ -227,6 +228,20 @@ def test_a_half_set_access_is_refused_before_anything_is_rendered_naming_the_hos
     out = " ".join(proc.stdout.split())
     assert "node1: basic auth needs all three of monitoring_basic_auth_user, _password and _password_hash" in out
     assert "docs/runbooks/monitoring-exporter.md" in out
+    assert PASSWORD not in proc.stdout + proc.stderr
+    assert rendered == {}
+
+
+def test_basic_auth_without_tls_is_refused_unless_the_operator_accepts_clear_text(tmp_path):
+    """Issue 32 (review): the password would cross the network in clear with every scrape."""
+    proc, rendered = render(
+        tmp_path, instinct_management_address="192.0.2.11", monitoring_basic_auth_user="prom",
+        monitoring_basic_auth_password=PASSWORD, monitoring_basic_auth_password_hash=HASH,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    out = " ".join(proc.stdout.split())
+    assert "node1: basic auth without TLS sends the password in clear" in out
+    assert "monitoring_basic_auth_without_tls: true" in out and "docs/runbooks/monitoring-exporter.md" in out
     assert PASSWORD not in proc.stdout + proc.stderr
     assert rendered == {}
 

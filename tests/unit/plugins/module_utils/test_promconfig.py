@@ -165,7 +165,11 @@ HASH = "$2y$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG"
 def test_web_access_is_off_by_default_and_on_when_each_group_is_complete():
     assert web_access("n1", {}) == {"basic_auth": False, "tls": False, "scheme": "http"}
     auth = {"user": "prom", "password": "s3cret", "password_hash": HASH}
-    assert web_access("n1", auth) == {"basic_auth": True, "tls": False, "scheme": "http"}
+    assert web_access("n1", {**auth, "basic_auth_without_tls": True}) == {
+        "basic_auth": True,
+        "tls": False,
+        "scheme": "http",
+    }
     tls = {"tls_cert": "files/n1.pem", "tls_key": "files/n1.key", "tls_ca": "files/ca.pem"}
     assert web_access("n1", {**auth, **tls}) == {"basic_auth": True, "tls": True, "scheme": "https"}
 
@@ -179,6 +183,8 @@ def test_web_access_is_off_by_default_and_on_when_each_group_is_complete():
         ({"user": "a:b", "password": "s3cret", "password_hash": HASH}, "'a:b' is not a user name"),
         ({"tls_cert": "n1.pem", "tls_ca": "ca.pem"}, "monitoring_tls_key_src empty"),
         ({"tls_ca": "ca.pem"}, "monitoring_tls_cert_src, monitoring_tls_key_src empty"),
+        # The review of issue 32: a password in clear with every scrape was accepted without a word.
+        ({"user": "prom", "password": "s3cret", "password_hash": HASH}, "monitoring_basic_auth_without_tls: true"),
     ],
 )
 def test_a_half_set_access_is_refused_naming_the_host_and_never_the_password(settings, message):
