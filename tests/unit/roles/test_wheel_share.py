@@ -61,11 +61,11 @@ class Stray(threading.Thread):
             self.stop.wait(0.05)
 
 
-def run_share(tmp_path, port, *, check=False):
+def run_share(tmp_path, port, *, check=False, server=None):
     tools = tmp_path / "tools" / "bin"
     tools.mkdir(parents=True)
     shim = tools / "instinct-serve-wheels"
-    shim.write_text(SHIM.format(python=sys.executable, src=str(ROOT / "node_tools" / "src")))
+    shim.write_text(server or SHIM.format(python=sys.executable, src=str(ROOT / "node_tools" / "src")))
     shim.chmod(0o755)
     builder, peer, home = tmp_path / "node1", tmp_path / "node2", tmp_path / "home"
     for folder in (builder, peer, home):
@@ -140,3 +140,14 @@ def test_check_mode_starts_no_server_and_says_what_would_be_fetched(tmp_path):
     wanted = "deepspeed-0.16.9-py3-none-any.whl, torch-2.13.0-cp311-linux_x86_64.whl"
     assert f"node2: check mode; a real run fetches {wanted}" in flat
     assert list(peer.iterdir()) == [] and list(home.iterdir()) == []
+
+
+def test_a_server_that_never_starts_leaves_no_plan_and_the_peer_fails_naming_the_builder(tmp_path):
+    """Issue 32 (review): the plan holding the peers' secrets stayed on the builder's disk when the server
+    never read it."""
+    proc, _builder, peer, home = run_share(tmp_path, free_port(), server="#!/bin/sh\nexit 1\n")
+    assert proc.returncode != 0
+    flat = " ".join(proc.stdout.split())
+    assert "node2: could not fetch from node1" in flat
+    assert list(home.iterdir()) == []
+    assert list(peer.iterdir()) == []
