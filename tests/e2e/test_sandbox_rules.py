@@ -7,6 +7,10 @@ out and site.yml goes on with node1 alone, the job at world size 1, and the summ
 These runs leave node2's preflight record holding its problems: keep this module last, or run
 site.yml after it."""
 
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 from cluster import JOB, JOB_ROOT, NODES, ROOT, debug_messages, node, sandbox, summary_lines
 
@@ -15,6 +19,7 @@ TABLE = "Print every problem of every node in one table"
 LEFT_OUT_JOB = f"{JOB}-left-out"
 # node2's three problems, as the table's check column names them (preflight_disk_paths: /opt, /var).
 NODE2_CHECKS = ["disk /opt", "disk /var", "memory"]
+MODELS = "/var/lib/instinct-finetune/models"  # finetune_models_dir
 
 
 def run(*extra):
@@ -68,17 +73,33 @@ def test_a_node_that_fails_preflight_stops_the_run_on_every_node(preflight_fails
     assert preflight_fails.ran("Read the host tuning") == []
 
 
+def model_folders(host):
+    """{folder name: sha256 of its files} of the models stored on a node."""
+    out = node(host, "sh", "-c", f"cd {MODELS} && find . -type f -exec sha256sum {{}} + | sort -k2").stdout
+    return {line.split()[1]: line.split()[0] for line in out.splitlines()}
+
+
 @pytest.fixture(scope="module")
-def left_out(preflight_fails):
+def left_out(preflight_fails, tmp_path_factory):
     """A job of its own on the nodes that remain (a job launched on more nodes is not resumed on fewer:
     the --limit resume of test_sandbox.py shows that refusal). The stages between preflight and the
     job found nothing to change on this converged cluster in the no-change runs of test_sandbox.py,
     and so does the evaluation after it: they are skipped here (their tags), which also leaves
-    Prometheus's targets as they are."""
-    return run(
+    Prometheus's targets as they are.
+
+    Its model is another folder of the same name as the sandbox job's (``model``), from another
+    source: the sandbox model with a file more (issue 32: it was copied over the first)."""
+    other = tmp_path_factory.mktemp("other-source") / "model"
+    shutil.copytree(Path(os.environ["INSTINCT_SANDBOX_ASSETS"]) / "model", other)
+    (other / "NOTICE.md").write_text("the same model, from another source\n")
+    before = model_folders(NODES[0])
+    result = run(
         "-e", "instinct_exclude_failed_nodes=true", "-e", f"finetune_job_name={LEFT_OUT_JOB}",
+        "-e", f"finetune_model_src={other}",
         "-e", "finetune_max_steps=10", "--skip-tags", "provision,stack,fabric,monitoring,evaluate",
     )  # fmt: skip
+    result.models_before = before
+    return result
 
 
 def test_with_exclusion_the_job_runs_on_the_nodes_that_remain(left_out):
@@ -108,3 +129,18 @@ def test_with_exclusion_the_job_runs_on_the_nodes_that_remain(left_out):
     assert row.rstrip().endswith("failed preflight: disk /opt, disk /var, memory")
     assert f"{LEFT_OUT_JOB} succeeded" in next(line for line in summary if line.startswith(NODES[0]))
     assert any(line.startswith(f"warning: {NODES[1]} was left out of this run") for line in summary)
+
+
+def test_a_model_folder_of_the_same_name_from_another_source_gets_its_own_folder(left_out):
+    """Issue 32: stored by name and content, the left-out job's ``model`` did not overwrite the sandbox
+    job's ``model`` on node1; each job's settings name its own."""
+    after = model_folders(NODES[0])
+    assert {path: digest for path, digest in after.items() if path in left_out.models_before} == left_out.models_before
+    new = {path.split("/")[1] for path in set(after) - set(left_out.models_before)}
+    assert len(new) == 1 and any(path.endswith("/NOTICE.md") for path in after), new
+    (folder,) = new
+    assert folder.startswith("model-") and all(not path.startswith(f"./{folder}/") for path in left_out.models_before)
+    train = node(NODES[0], "cat", f"/etc/instinct-finetune/jobs/{LEFT_OUT_JOB}/train.yaml").stdout
+    assert f"model_name_or_path: {MODELS}/{folder}" in train, train
+    main = node(NODES[0], "cat", f"/etc/instinct-finetune/jobs/{JOB}/train.yaml").stdout
+    assert f"{MODELS}/{folder}" not in main and f"{MODELS}/model-" in main

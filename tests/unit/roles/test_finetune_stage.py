@@ -23,6 +23,7 @@ import sys
 
 import pytest
 
+from ansible_collections.instinct.finetune.plugins.module_utils import modelstore
 from tests.unit.conftest import ROOT, role_step_playbook, run_local_play
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the stage writes files owned by root")
@@ -83,6 +84,10 @@ def stage(tmp_path, **extra):
         "finetune_omp": {"threads": 2, "source": "set by the test"},
         **extra,
     }  # fmt: skip
+    if extravars.get("finetune_model_src"):
+        # What validate.yml names the model's folder before the stage (by its name and content).
+        extravars["finetune_model_store_name"] = modelstore.store_name(extravars["finetune_model_src"],
+                                                                       str(tmp_path / "digests"))  # fmt: skip
     return run_local_play(playbook, extravars), paths
 
 
@@ -136,7 +141,7 @@ def hostile(tmp_path_factory):
 def test_the_jobs_data_is_open_to_the_training_accounts_group_only(staged):
     paths, tmp_path = staged["paths"], staged["tmp"]
     job, conf = paths["root"] / JOB, paths["conf"] / JOB
-    model = tmp_path / "var" / "models" / "tiny-model"
+    (model,) = (tmp_path / "var" / "models").glob("tiny-model-*")  # stored by name and content
     folders = [paths["root"], job, job / "data", job / "metrics", conf, paths["log"], tmp_path / "var" / "hf-home",
                model, model / "tokenizer"]  # fmt: skip
     for folder in folders:
