@@ -27,6 +27,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils import (
     pci,
     proxy,
     pystack,
+    runlock,
     torch_release,
     trainer_import,
 )
@@ -540,6 +541,18 @@ def _preflight(raw):
     }
 
 
+def _lock(raw, now):
+    """The node's run lock (instinct.finetune.run_lock): held or not, by whom, since when. A file that is
+    not a lock (cut short by a crash) is no holder, as the lock itself reads it."""
+    text = raw.get("text")
+    holder = runlock.parse(text) if text is not None else None
+    return {
+        "held": holder is not None,
+        "holder": runlock.describe_holder(holder, now) if holder is not None else None,
+        "unreadable": text is not None and holder is None,
+    }
+
+
 def no_proxy_covers(no_proxy, host):
     """Whether a no_proxy value (comma or space separated) keeps ``host`` off the proxy as curl, pip and
     apt's environment readers match it: ``*``, the host itself, a domain suffix (``.example.com`` or
@@ -617,6 +630,7 @@ def node_facts(raw, probes, settings):
         "rocm": lambda r: _rocm(r, settings),
         "proxy": lambda r: _proxy(r, settings),
         "preflight": _preflight,
+        "lock": lambda r: _lock(r, raw.get("time") or 0),
     }
     errors = {}
     for name, build in sections.items():

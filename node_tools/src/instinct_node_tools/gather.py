@@ -44,6 +44,7 @@ SECTIONS = (
     "rocm",
     "proxy",
     "preflight",
+    "lock",
 )
 # amdgpu kernel messages that mean a GPU or its memory is failing: failed probes and init, driver
 # errors, uncorrectable RAS errors, resets, ring timeouts, page faults. Healthy boot lines such as
@@ -423,6 +424,17 @@ def section_preflight(settings):
     except OSError:
         mtime = None
     return {"record": read(path), "mtime": mtime}
+
+
+def section_lock(settings):
+    """The run lock (instinct.finetune.run_lock): the text of the lock file, or None when no run holds
+    it, and when it last changed."""
+    path = settings["run_lock"]
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        mtime = None
+    return {"text": read(path), "mtime": mtime}
 
 
 # apt's resolved configuration: 'Acquire::http::Proxy "http://proxy:3128";' (every file, block syntax

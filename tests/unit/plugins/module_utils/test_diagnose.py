@@ -411,9 +411,8 @@ def test_a_gpu_node_without_amds_host_tuning_gets_a_warning_not_a_fault():
     assert details[0]["detail"].startswith("kernel command line iommu=pt missing; ")
     assert all("preflight_apply_tuning: true" in f["fix"] for f in facts["tuning"]["missing"])
     # Every other rule is an error (the default).
-    assert {
-        rule.get("severity", "error") for rule in RULES if rule["id"] not in ("host-tuning", "proxy-nodes-not-exempt")
-    } == {"error"}
+    warnings = ("host-tuning", "proxy-nodes-not-exempt", "run-lock")
+    assert {rule.get("severity", "error") for rule in RULES if rule["id"] not in warnings} == {"error"}
 
 
 def test_host_tuning_applied_but_not_booted_is_pending_a_reboot():
@@ -764,3 +763,26 @@ def test_a_node_whose_last_preflight_found_problems_names_the_preflight_page(rec
     assert [d["detail"] for d in details] == ([detail] if detail else [])
     # Not collected (--tags without preflight): the rule does not apply.
     assert runbooks(healthy_raw())[0] == []
+
+
+LOCK = {"id": "ctl:4242:99", "controller": "ctl", "user": "ana", "pid": 4242, "playbook": "site.yml",
+        "taken": 1_800_000_000.0 - 900, "renewed": 1_800_000_000.0 - 30}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [(None, []), (json.dumps(LOCK), ["run-lock.md"]), ("{", [])],
+    ids=["free", "held", "cut-short"],
+)
+def test_a_node_whose_run_lock_a_run_holds_names_the_run_lock_page_as_a_warning(text, found):
+    """The run lock (instinct.finetune.run_lock): a run holds the node, or one that died left its lock;
+    a file cut short is no holder, as the lock itself reads it."""
+    raw = healthy_raw(lock={"text": text, "mtime": None})
+    names, facts, details = runbooks(raw)
+    assert names == found
+    assert facts["lock"]["held"] is bool(found) and facts["lock"]["unreadable"] is (text == "{")
+    if found:
+        (finding,) = details
+        assert finding["severity"] == "warning"
+        assert finding["detail"].startswith("ana@ctl (ansible-playbook pid 4242, site.yml), since ")
+        assert "15 min ago; last renewed 30 s ago" in finding["detail"]
