@@ -415,26 +415,27 @@ def section_rocm(settings):
     }
 
 
-def section_preflight(settings):
-    """Preflight's record of the problems it found on the node at its last run (the preflight role's
-    report.yml writes it, JSON), and when it last changed: the text as it is, judged on the controller."""
-    path = settings["preflight_record"]
+def _text_and_mtime(path):
+    """A file's text (None when absent) and when it last changed, as they are: judged on the controller."""
     try:
         mtime = os.stat(path).st_mtime
     except OSError:
         mtime = None
-    return {"record": read(path), "mtime": mtime}
+    return read(path), mtime
+
+
+def section_preflight(settings):
+    """Preflight's record of the problems it found on the node at its last run (the preflight role's
+    report.yml writes it, JSON), and when it last changed."""
+    record, mtime = _text_and_mtime(settings["preflight_record"])
+    return {"record": record, "mtime": mtime}
 
 
 def section_lock(settings):
     """The run lock (instinct.finetune.run_lock): the text of the lock file, or None when no run holds
     it, and when it last changed."""
-    path = settings["run_lock"]
-    try:
-        mtime = os.stat(path).st_mtime
-    except OSError:
-        mtime = None
-    return {"text": read(path), "mtime": mtime}
+    text, mtime = _text_and_mtime(settings["run_lock"])
+    return {"text": text, "mtime": mtime}
 
 
 # apt's resolved configuration: 'Acquire::http::Proxy "http://proxy:3128";' (every file, block syntax

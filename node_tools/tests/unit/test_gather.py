@@ -271,3 +271,11 @@ def test_preflights_record_is_read_as_it_is_with_its_time(tmp_path):
     os.utime(record, (1_800_000_000, 1_800_000_000))
     found = gather.section_preflight({"preflight_record": str(record)})
     assert found == {"record": '{\n  "problems": []\n}\n', "mtime": 1_800_000_000.0}
+
+
+def test_the_run_lock_is_read_as_it_is_with_its_time(tmp_path):
+    lock = tmp_path / "run.lock"
+    assert gather.section_lock({"run_lock": str(lock)}) == {"text": None, "mtime": None}
+    lock.write_text('{"id": "ctl:1:2"}\n')
+    os.utime(lock, (1_800_000_000, 1_800_000_000))
+    assert gather.section_lock({"run_lock": str(lock)}) == {"text": '{"id": "ctl:1:2"}\n', "mtime": 1_800_000_000.0}
