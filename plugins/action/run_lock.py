@@ -34,7 +34,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils import runlock
 RUNBOOK = "docs/runbooks/run-lock.md"
 DEFAULTS = {
     "path": ("instinct_run_lock_path", "/run/instinct-finetune/run.lock"),
-    "stale_minutes": ("instinct_run_lock_stale_minutes", 240),
+    "stale_minutes": ("instinct_run_lock_stale_minutes", 720),
     "force": ("instinct_run_lock_break", False),
 }
 
@@ -62,11 +62,22 @@ def playbook_of(pid, fallback):
     return " ".join(books) or fallback
 
 
+def boot_id():
+    """This controller's boot (the kernel's random boot id): two controllers of one host name, cloned
+    machines or CI containers, are told apart by it, and so is this one after a reboot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
 def this_run(task_vars):
     pid = os.getppid()
     controller = socket.gethostname()
     return {
         "id": runlock.run_id(controller, pid, process_start(pid)),
+        "boot": boot_id(),
         "controller": controller,
         "user": getpass.getuser(),
         "pid": pid,
@@ -75,12 +86,24 @@ def this_run(task_vars):
 
 
 def dead_here(holder, owner):
-    """Whether the holder is a run of this controller whose process is gone (or is another process
-    under a reused pid)."""
-    if holder.get("controller") != owner["controller"]:
+    """Whether the holder is a run of this controller, in this boot, whose process is gone (or is
+    another process under a reused pid). Anything this controller cannot tell (another host or boot,
+    no /proc, another user's process hidden by hidepid) is not dead: it goes stale instead."""
+    if holder.get("controller") != owner["controller"] or not owner["boot"] or holder.get("boot") != owner["boot"]:
         return False
     _controller, pid, start = str(holder["id"]).rsplit(":", 2)
-    return not pid.isdigit() or process_start(int(pid)) != start
+    if not pid.isdigit() or not start:
+        return False
+    found = process_start(int(pid))
+    if found:
+        return found != start
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, another user's, and /proc hides it
+    return False  # alive, yet /proc does not show it: not this controller's to judge
 
 
 class ActionModule(ActionBase):

@@ -9,7 +9,7 @@ folder's files (relative paths and contents, links followed as the copy follows 
 
 Hashing every byte on every run would read a large model twice per run (the copy already reads it
 once). The digest is therefore cached on the controller under a key made of the folder's listing
-(relative paths, sizes, modification times): a folder that did not change is not read again, and one
+(relative paths, sizes, modification and change times, inodes): a folder that did not change is not read again, and one
 that was only touched (new times, same bytes) is read once and keeps its name.
 """
 
@@ -26,22 +26,25 @@ DIGEST_CHARS = 16
 
 
 def listing(folder):
-    """[(relative path, size, mtime_ns)] of every file under ``folder`` (links followed, as
-    ansible.builtin.copy follows them), sorted."""
+    """[(relative path, size, mtime_ns, ctime_ns, inode)] of every file under ``folder`` (links followed,
+    as ansible.builtin.copy follows them), sorted. The change time and inode catch a rewrite that kept
+    the modification time (touch -r, rsync --inplace -t)."""
     entries = []
     for root, dirs, files in os.walk(folder, followlinks=True):
         dirs.sort()
         for name in sorted(files):
             path = os.path.join(root, name)
             info = os.stat(path)
-            entries.append((os.path.relpath(path, folder), info.st_size, info.st_mtime_ns))
+            entries.append(
+                (os.path.relpath(path, folder), info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+            )
     return sorted(entries)
 
 
 def content_digest(folder, entries):
     """SHA-256 over each file's relative path and content, in ``entries``' order."""
     digest = hashlib.sha256()
-    for relative, _size, _mtime in entries:
+    for relative, *_times in entries:
         digest.update(relative.encode("utf-8") + b"\0")
         file_digest = hashlib.sha256()
         with open(os.path.join(folder, relative), "rb") as handle:

@@ -15,8 +15,8 @@ gives it), so every stage of one site.yml is the same run, and a stage taking th
 renews it. A lock another run holds is refused, unless:
 
 - it was not renewed for ``stale_minutes`` (a run whose controller crashed, or that lost every node);
-- its run is known to be dead: the controller that ran it is this one, and that process is gone
-  (the action plugin checks; the node cannot);
+- its run is known to be dead: the controller that ran it is this one, in the same boot, and that
+  process is gone (the action plugin checks; the node cannot);
 - the operator breaks it (``instinct_run_lock_break``), having checked that no run is active.
 
 Pure decisions here; the module does the file work under flock, the action plugin knows the run.
@@ -76,7 +76,7 @@ def decide(holder, owner, now, stale_minutes, *, take_over="", force=False):  # 
 def record(owner, holder, now):
     """The lock file's content for ``owner``, keeping the time its run first took it."""
     kept = holder["taken"] if holder is not None and holder["id"] == owner["id"] else now
-    return dict({name: owner[name] for name in FIELDS}, taken=kept, renewed=now)
+    return dict({name: owner[name] for name in FIELDS}, boot=owner.get("boot", ""), taken=kept, renewed=now)
 
 
 def describe_seconds(seconds):

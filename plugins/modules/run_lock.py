@@ -24,7 +24,8 @@ description:
     releasing it never report a change (a second run must show none). In check mode nothing is
     written, and a lock held by another run is a warning, not a failure (a check changes nothing).
   - The file is read and written under C(flock) on its folder, so two runs arriving at once cannot
-    both take it.
+    both take it. The folder is root's alone (0700), so no other account can hold that C(flock) or put a
+    link in its place; a C(flock) held for 30 s fails the task instead of waiting for ever.
 options:
   state:
     description: V(held) takes (or renews) the lock; V(released) removes it when this run holds it.
@@ -41,7 +42,7 @@ options:
     description:
       - A lock not renewed for this long is taken over (a run whose controller died). 0 never.
     type: int
-    default: 240
+    default: 720
   force:
     description: Take the lock whoever holds it (the operator checked that no run is active).
     type: bool
@@ -102,6 +103,7 @@ why:
 import fcntl
 import json
 import os
+import stat
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -125,12 +127,46 @@ def write(path, content):
     os.replace(temporary, path)
 
 
+# How long a run waits for another run's read-decide-write of the lock (a few milliseconds each).
+FLOCK_SECONDS = 30
+
+
+def open_folder(module, folder):
+    """The lock's folder, root's alone (0700): no other account can flock it and hold every run up, nor
+    put a link in its place. Made when absent; one that is a link or another account's is refused."""
+    if not os.path.lexists(folder):
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    info = os.lstat(folder)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        module.fail_json(msg=f"{folder} is not a folder of this account's (a link, a file or another "
+                             f"account's, uid {info.st_uid}): remove it, and the next run makes it")  # fmt: skip
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        module.fail_json(msg=f"{folder} is open to other accounts (mode {stat.S_IMODE(info.st_mode):04o}): any of them "
+                             f"could hold its flock and every run with it. chmod 700 {folder}, or point "
+                             "instinct_run_lock_path at a folder of root's alone")  # fmt: skip
+    return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+
+
+def take_flock(module, fd, folder):
+    deadline = time.monotonic() + FLOCK_SECONDS
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                module.fail_json(msg=f"{folder} stayed locked (flock) for {FLOCK_SECONDS} s: a process other than "
+                                     "a playbook run holds it; find it with fuser or lsof and stop it")  # fmt: skip
+            time.sleep(0.2)
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
             "state": {"type": "str", "choices": ["held", "released"], "default": "held"},
             "path": {"type": "path", "default": "/run/instinct-finetune/run.lock"},
-            "stale_minutes": {"type": "int", "default": 240},
+            "stale_minutes": {"type": "int", "default": 720},
             "force": {"type": "bool", "default": False},
             "take_over": {"type": "str", "default": ""},
             "owner": {"type": "dict", "required": True},
@@ -151,11 +187,9 @@ def main():
         )
         module.exit_json(changed=False, held=False, holder=holder, refused=False, why=why,
                          busy=action == "refuse")  # fmt: skip
-    if not os.path.isdir(folder):
-        os.makedirs(folder, mode=0o755, exist_ok=True)
-    guard = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    guard = open_folder(module, folder)
     try:
-        fcntl.flock(guard, fcntl.LOCK_EX)
+        take_flock(module, guard, folder)
         holder = read_holder(path)
         if params["state"] == "released":
             mine = holder is not None and holder["id"] == owner["id"]

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.unit.conftest import ROOT, run_local_play
 
@@ -61,8 +62,12 @@ JSON = {"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}
 
 
 def write_lock(tmp_path, holder):
-    (tmp_path / "run").mkdir(exist_ok=True)
+    (tmp_path / "run").mkdir(mode=0o700, exist_ok=True)
     (tmp_path / "run" / "run.lock").write_text(json.dumps(holder))
+
+
+def this_boot():
+    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
 def other_run(**more):
@@ -127,11 +132,33 @@ def test_another_controllers_lock_is_refused_until_it_is_stale_or_broken(tmp_pat
 def test_a_dead_run_of_this_controller_is_taken_over_at_once(tmp_path):
     # A process of this controller that has ended: its pid is free (or another process's).
     gone = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True).stdout.strip()
-    write_lock(tmp_path, other_run(id=f"{socket.gethostname()}:{gone}:123", controller=socket.gethostname(),
-                                   pid=int(gone)))  # fmt: skip
+    here = {"id": f"{socket.gethostname()}:{gone}:123", "controller": socket.gethostname(), "pid": int(gone)}
+    # Another machine of the same host name (a cloned VM, a CI container): its run is not judged from here.
+    write_lock(tmp_path, other_run(**here, boot="another-boot"))
+    refused = run_local_play(play(tmp_path, "refused"), lock_vars(tmp_path), env=JSON)
+    assert refused.returncode == 2, refused.stdout[-2000:]
+    write_lock(tmp_path, other_run(**here, boot=this_boot()))
     taken = run_local_play(play(tmp_path, "taken"), lock_vars(tmp_path), env=JSON)
     assert taken.returncode == 0, taken.stdout[-2000:]
     assert json_result(taken, "Take this node's run lock")["why"] == "its run is no longer running on its controller"
+
+
+def test_a_lock_folder_other_accounts_can_open_or_a_link_in_its_place_is_refused(tmp_path):
+    """Review of issue 32: with the folder open to every account, any of them could hold its flock, and
+    every run's first task waited for ever as root."""
+    (tmp_path / "run").mkdir(mode=0o755)
+    (tmp_path / "run").chmod(0o755)
+    opened = run_local_play(play(tmp_path, "opened"), lock_vars(tmp_path), env=JSON)
+    assert opened.returncode == 2
+    message = json_result(opened, "Take this node's run lock")["msg"]
+    assert "is open to other accounts (mode 0755)" in message and "chmod 700" in message
+    (tmp_path / "run").rmdir()
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    (tmp_path / "run").symlink_to(tmp_path / "elsewhere")
+    linked = run_local_play(play(tmp_path, "linked"), lock_vars(tmp_path), env=JSON)
+    assert linked.returncode == 2
+    assert "is not a folder of this account's (a link" in json_result(linked, "Take this node's run lock")["msg"]
+    assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
 def test_release_leaves_another_runs_lock_and_check_mode_writes_nothing_and_warns(tmp_path):

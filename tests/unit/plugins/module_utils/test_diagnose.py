@@ -771,7 +771,7 @@ LOCK = {"id": "ctl:4242:99", "controller": "ctl", "user": "ana", "pid": 4242, "p
 
 @pytest.mark.parametrize(
     ("text", "found"),
-    [(None, []), (json.dumps(LOCK), ["run-lock.md"]), ("{", [])],
+    [(None, []), (json.dumps(LOCK), ["run-lock.md"]), ("{", ["run-lock.md"])],
     ids=["free", "held", "cut-short"],
 )
 def test_a_node_whose_run_lock_a_run_holds_names_the_run_lock_page_as_a_warning(text, found):
@@ -780,8 +780,10 @@ def test_a_node_whose_run_lock_a_run_holds_names_the_run_lock_page_as_a_warning(
     raw = healthy_raw(lock={"text": text, "mtime": None})
     names, facts, details = runbooks(raw)
     assert names == found
-    assert facts["lock"]["held"] is bool(found) and facts["lock"]["unreadable"] is (text == "{")
-    if found:
+    assert facts["lock"]["held"] is (text is not None and text != "{") and facts["lock"]["unreadable"] is (text == "{")
+    if text == "{":
+        assert details[0]["detail"].startswith("a lock file that is not a lock")
+    elif found:
         (finding,) = details
         assert finding["severity"] == "warning"
         assert finding["detail"].startswith("ana@ctl (ansible-playbook pid 4242, site.yml), since ")

@@ -73,3 +73,16 @@ def test_the_lookup_gives_the_name_through_ansible(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     shown = json.loads(done.stdout[done.stdout.find("{") :])["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"]
     assert shown == modelstore.store_name(str(folder), str(cache))
+
+
+def test_weights_rewritten_with_their_old_time_get_a_new_name(tmp_path):
+    """rsync --inplace -t or touch -r keep the modification time: the change time and inode in the
+    cache's key still tell (review of issue 32)."""
+    folder = model(tmp_path / "tiny")
+    cache = str(tmp_path / "cache")
+    first = modelstore.store_name(str(folder), cache)
+    weights = folder / "model.safetensors"
+    kept = weights.stat().st_mtime_ns
+    weights.write_bytes(b"v" * 1000)
+    os.utime(weights, ns=(kept, kept))
+    assert modelstore.store_name(str(folder), cache) != first
