@@ -1,10 +1,11 @@
 """End to end on the sandbox cluster: site.yml from bare containers to a 2-node fine-tune the way a
 real cluster trains by default (DeepSpeed ZeRO-3, LoRA) with the optimizer offloaded to CPU, which
 the sandbox job asks for (DeepSpeed's CPU Adam, off by default), and its
-perplexity against the base model's, a second run that changes nothing, plain DDP, and a ZeRO-3
+perplexity against the base model's, a second run that changes nothing, and a ZeRO-3
 full fine-tune with a rank killed mid-run (the job stops and resumes on the next run) whose weights
-load with transformers and beat the base model. Playbooks run through ansible-runner's Python API
-(scripts/sandbox.py) and are judged from its events and from the nodes themselves.
+load with transformers and beat the base model; plain DDP is the job of test_sandbox_rules.py.
+Playbooks run through ansible-runner's Python API (scripts/sandbox.py) and are judged from its
+events and from the nodes themselves.
 
 Needs Docker and the jammy-systemd image (scripts/test.sh e2e provides both); takes ~15 minutes.
 """
@@ -22,7 +23,6 @@ import pytest
 from cluster import JOB, JOB_ROOT, NODES, ROOT, SMOKE_TASK, VENV, node, node_python, sandbox, summary_lines
 
 FAULT_JOB = "sandbox-fault"
-DDP_JOB = "sandbox-ddp"
 
 
 def since_last_launch(text):
@@ -33,27 +33,6 @@ def since_last_launch(text):
 def complete_checkpoints(host, job):
     out = node(host, "sh", "-c", f"ls -d {JOB_ROOT}/{job}/output/checkpoint-*/trainer_state.json", check=False)
     return sorted(int(re.search(r"checkpoint-(\d+)/", line).group(1)) for line in out.stdout.split())
-
-
-def run_job(name, settings, finetune_args=""):
-    """finetune.yml (with ``finetune_args`` added to its command line), then evaluate.yml run alone
-    (it reads the job's record the finetune stage wrote on the nodes), of one more job on the sandbox.
-    The first run that fails is returned."""
-    for host in NODES:
-        node(host, "systemctl", "stop", f"instinct-finetune-{name}.service", check=False)
-        node(host, "rm", "-rf", f"{JOB_ROOT}/{name}", f"/var/log/instinct-finetune/{name}")
-    extra = " ".join(f"-e {key}={value}" for key, value in {"finetune_job_name": name, **settings}.items())
-    runs = {}
-    for playbook in ("finetune.yml", "evaluate.yml"):
-        result = runs[playbook] = sandbox.run_playbook(
-            playbook,
-            cmdline=sandbox.site_cmdline(f"{extra} {finetune_args}" if playbook == "finetune.yml" else extra),
-            extravars={"finetune_collect_dir": str(sandbox.collect_dir()), "finetune_progress_interval": ROUND_SECONDS},
-        )
-        sandbox.write_report(f"{name}-{playbook.removesuffix('.yml')}", result)
-        if result.rc != 0:
-            break
-    return runs
 
 
 def training_processes(host):
@@ -397,6 +376,18 @@ def added_task(converged, tmp_path_factory):
 STAGES = ("preflight.yml", "provision.yml", "stack.yml", "fabric.yml", "monitoring.yml", "finetune.yml", "evaluate.yml")
 
 
+def read_what_it_needs_again(playbook, alone):
+    """What a stage run alone read on the nodes instead of inheriting it from an earlier play."""
+    if playbook == "fabric.yml":
+        # Read again, not inherited: the env file keeps the arch's settings (not rewritten without them).
+        assert alone.ran("Read the stage records on the node") == NODES
+    if playbook == "finetune.yml":
+        assert any("skip (finished on every node)" in str(d["msg"]) for d in alone.debug)
+    if playbook == "evaluate.yml":
+        # The finished job's weights checked and its evaluation found, neither relaunched nor redone.
+        assert alone.ran("Check that the finetune stage finished the job") == NODES
+
+
 def test_each_stage_alone_changes_nothing_but_the_files_changed_by_hand(added_task):
     """Each stage run alone, with no earlier play of the same run to hand it facts: rc 0. The facts a
     stage needs are read again on the nodes (the GPUs' archs for AMD's RCCL settings, the GPU count
@@ -446,11 +437,7 @@ def test_each_stage_alone_changes_nothing_but_the_files_changed_by_hand(added_ta
         if rolling:
             # One play start per batch: every node had its turn, one after the other.
             assert len(alone.plays) == len(NODES), alone.plays
-        if playbook == "fabric.yml":
-            # Read again, not inherited: the env file keeps the arch's settings (not rewritten without them).
-            assert alone.ran("Read the stage records on the node") == NODES
-        if playbook == "finetune.yml":
-            assert any("skip (finished on every node)" in str(d["msg"]) for d in alone.debug)
+        read_what_it_needs_again(playbook, alone)
     assert failures == {}
     # Every change was a file changed by hand, on its node (a handler there runs because one was).
     assert unexpected == {}, unexpected
@@ -466,37 +453,6 @@ def test_each_stage_alone_changes_nothing_but_the_files_changed_by_hand(added_ta
     for host in NODES:
         assert node(host, "stat", "-c", "%a %U", ADDED_FILE).stdout.split() == ["644", "root"]
         assert node(host, "cat", ADDED_FILE).stdout == "added to a copy of the monitoring role by tests/e2e\n"
-
-
-def test_site_yml_in_check_mode_on_the_converged_cluster_changes_nothing(added_task):
-    """Every stage predicts no change on real state: preflight and its trust store, the ROCm
-    packages, the venv, torch, DeepSpeed's wheel and LLaMA-Factory, the fabric's env file, monitoring
-    (with the added task, whose file the stage alone wrote: compared on every node, unchanged), and
-    the finished job, which is read as in a real run (neither relaunched nor re-evaluated)."""
-    again = sandbox.run_playbook(
-        "site.yml",
-        cmdline=sandbox.site_cmdline("--check --diff"),
-        extravars={"finetune_collect_dir": str(sandbox.collect_dir())},
-        envvars=added_task,
-    )
-    sandbox.write_report("site-check", again)
-    sandbox.print_report(again)
-    assert again.rc == 0, again.failures
-    # Ansible's stats list only hosts with a change.
-    assert sorted(again.ok) == NODES
-    assert {host: again.changed.get(host, 0) for host in NODES} == {host: 0 for host in NODES}, again.changed_tasks()
-    assert any("skip (finished on every node)" in str(d["msg"]) for d in again.debug)
-    # Nothing would be rewritten: no result shows a change in its own changed or diff (a write that
-    # changed_when hides included), and the copy, template and file tasks that write DRIFT's files
-    # compared them on every node (each task is its own comparison; nothing skips them).
-    assert again.changes() == [], again.changes()
-    unseen = {host: sorted(set(DRIFT) - again.files(host)) for host in NODES}
-    assert unseen == {host: [] for host in NODES}, unseen
-    # The finished job's weights were checked and its evaluation found, as in a real run.
-    assert again.ran("Check that the finetune stage finished the job") == NODES
-    # The task added to the role ran on every node and would change nothing.
-    assert again.ran(ADDED_TASK) == NODES
-    assert all(ADDED_FILE in again.files(host) for host in NODES)
 
 
 def run_in_thread(playbook, extra, outcome):
@@ -528,7 +484,7 @@ def trained_steps(host, job):
     return float(found.group(1)) if found else 0
 
 
-def test_a_killed_and_a_frozen_rank_of_a_zero3_job_stop_it_and_reruns_resume(converged):
+def test_a_killed_and_a_frozen_rank_of_a_zero3_job_stop_it_and_reruns_resume(converged, added_task):
     """One ZeRO-3 full fine-tune through what a long run meets: node2's worker killed after the first
     checkpoint (the play fails naming node2), a resume on node1 alone refused before anything
     changes (its checkpoints were saved at world size 2), and so is a resume with another learning
@@ -542,7 +498,7 @@ def test_a_killed_and_a_frozen_rank_of_a_zero3_job_stop_it_and_reruns_resume(con
     refuse_a_resume_on_one_node()
     refuse_a_resume_with_another_learning_rate()
     stop_a_resume_whose_rank_froze(saved)
-    resume_while_site_yml_runs_again(saved)
+    resume_while_site_yml_runs_again(saved, added_task)
 
 
 # Killed after its first checkpoint (step 20), with 40 steps (about 30 s here) still to go. The fault
@@ -563,8 +519,10 @@ WORKER = "python[0-9.]* -u -m instinct_node_tools.launch"  # torchrun's worker o
 
 
 def kill_after_the_first_checkpoint():
+    """Watched by a finetune.yml run with one Ansible worker (--forks 1) for the two nodes: the one
+    watch task, run once on the master, follows both ranks and finds node2's death (issue 31)."""
     outcome = {}
-    thread = run_in_thread("finetune.yml", FAULT, outcome)
+    thread = run_in_thread("finetune.yml", f"{FAULT} --forks 1", outcome)
     wait_until(lambda: all(complete_checkpoints(h, FAULT_JOB) for h in NODES), thread, "a checkpoint on every node")
     saved = {h: complete_checkpoints(h, FAULT_JOB) for h in NODES}
     node(NODES[1], "pkill", "-9", "-f", WORKER)
@@ -575,6 +533,8 @@ def kill_after_the_first_checkpoint():
     messages = " ".join(str(f["msg"]) for f in failed.failures)
     assert f"The first rank to die was on {NODES[1]}" in messages
     assert "docs/runbooks/rank-failed.md" in messages
+    # One watch for the job, run once (on the master) by the one worker.
+    assert failed.ran(WATCH_TASK) == [NODES[0]]
     assert training_processes(NODES[0]) == [] and training_processes(NODES[1]) == []
     for host in NODES:
         assert set(saved[host]) <= set(complete_checkpoints(host, FAULT_JOB))
@@ -679,7 +639,7 @@ def stop_a_resume_whose_rank_froze(saved):
     assert training_processes(NODES[0]) == [] and training_processes(NODES[1]) == []
 
 
-def resume_while_site_yml_runs_again(saved):
+def resume_while_site_yml_runs_again(saved, added_task):
     """The last resume is launched without waiting; finetune.yml of another job while it runs is
     refused, naming it; site.yml --check --diff while it runs predicts no
     change; then site.yml is run again while it trains, and a second operator's preflight.yml started
@@ -696,17 +656,7 @@ def resume_while_site_yml_runs_again(saved):
     # A second job while this one trains: refused, and this one goes on (its launches are counted again
     # at the end).
     refuse_another_job_while_one_trains()
-    # Check mode while the job runs: every stage predicts, nothing would change, nothing is touched.
-    checked = sandbox.run_playbook(
-        "site.yml",
-        cmdline=sandbox.site_cmdline(f"{FAULT_SETTINGS} --check --diff"),
-        extravars={"finetune_collect_dir": str(sandbox.collect_dir())},
-        quiet=True,
-    )
-    sandbox.write_report("site-check-during-job", checked)
-    assert checked.rc == 0, checked.failures
-    assert checked.changed_tasks() == []
-    assert f"job {FAULT_JOB}: attach (running on every node)" in " ".join(str(d["msg"]) for d in checked.debug)
+    check_mode_predicts_no_change_while_the_job_trains(added_task)
     released, second = [], {}
 
     def release_at_the_watch(event):
@@ -761,6 +711,40 @@ def resume_while_site_yml_runs_again(saved):
     the_full_fine_tunes_weights_load_and_beat_the_base_model()
 
 
+def check_mode_predicts_no_change_while_the_job_trains(added_task):
+    """site.yml --check --diff on the converged cluster while the job trains: the suite's converged
+    check. Every stage predicts no change on real state: preflight and its trust store, the ROCm
+    packages, the venv, torch, DeepSpeed's wheel and LLaMA-Factory, the fabric's env file, monitoring
+    (with the added task, whose file the stages alone wrote: compared on every node, unchanged), and
+    the running job, attached to and left alone."""
+    checked = sandbox.run_playbook(
+        "site.yml",
+        cmdline=sandbox.site_cmdline(f"{FAULT_SETTINGS} --check --diff"),
+        extravars={"finetune_collect_dir": str(sandbox.collect_dir())},
+        envvars=added_task,
+        quiet=True,
+    )
+    sandbox.write_report("site-check-during-job", checked)
+    sandbox.print_report(checked)
+    assert checked.rc == 0, checked.failures
+    # Ansible's stats list only hosts with a change.
+    assert sorted(checked.ok) == NODES
+    assert {host: checked.changed.get(host, 0) for host in NODES} == dict.fromkeys(NODES, 0)
+    assert checked.changed_tasks() == []
+    assert f"job {FAULT_JOB}: attach (running on every node)" in " ".join(str(d["msg"]) for d in checked.debug)
+    # Nothing would be rewritten: no result shows a change in its own changed or diff (a write that
+    # changed_when hides included), and the copy, template and file tasks that write DRIFT's files
+    # compared them on every node (each task is its own comparison; nothing skips them). The finished
+    # main job's launch environment is not this job's: the stages alone compared it (finetune.yml).
+    assert checked.changes() == [], checked.changes()
+    compared = set(DRIFT) - {f"/etc/instinct-finetune/jobs/{JOB}/launch.env"}
+    unseen = {host: sorted(compared - checked.files(host)) for host in NODES}
+    assert unseen == {host: [] for host in NODES}, unseen
+    # The task added to the role ran on every node and would change nothing.
+    assert checked.ran(ADDED_TASK) == NODES
+    assert all(ADDED_FILE in checked.files(host) for host in NODES)
+
+
 def the_full_fine_tunes_weights_load_and_beat_the_base_model():
     """ZeRO-3 full fine-tuning: the weights gathered at the end load with transformers on the node and
     beat the base model."""
@@ -801,23 +785,3 @@ def a_second_run_was_refused_by_the_lock(second):
     assert refused.changed == {}
     assert refused.ran(LOCK_TASK) == NODES
     assert refused.ran("Print every problem of every node in one table") == []
-
-
-def test_plain_ddp_still_trains_and_evaluates_with_fewer_ansible_workers_than_nodes(converged):
-    """Plain DDP, launched and watched by a finetune.yml run with one Ansible worker (--forks 1) for
-    the two nodes: the one watch task follows both ranks to their end (issue 31)."""
-    runs = run_job(DDP_JOB, {"finetune_strategy": "ddp", "finetune_finetuning_type": "full",
-                             "finetune_learning_rate": "2.0e-3", "finetune_max_steps": 20},
-                   finetune_args="--forks 1")  # fmt: skip
-    result = list(runs.values())[-1]
-    assert result.rc == 0, result.failures
-    # One watch for the job, run once (on the master) by the one worker, followed both ranks to the end.
-    assert runs["finetune.yml"].ran(WATCH_TASK) == [NODES[0]]
-    for rank, host in enumerate(NODES):
-        log = since_last_launch(node(host, "cat", f"/var/log/instinct-finetune/{DDP_JOB}/train.log").stdout)
-        assert f"Process rank: {rank}, world size: {len(NODES)}" in log
-    state = json.loads(node(NODES[0], "cat", f"{JOB_ROOT}/{DDP_JOB}/output/trainer_state.json").stdout)
-    assert state["global_step"] == 20
-    assert node(NODES[0], "test", "-e", f"/etc/instinct-finetune/jobs/{DDP_JOB}/ds_config.json", check=False).returncode
-    evaluated = json.loads(node(NODES[0], "cat", f"{JOB_ROOT}/{DDP_JOB}/output/eval.json").stdout)
-    assert evaluated["strategy"] == "ddp" and evaluated["perplexity"] < evaluated["base_perplexity"]

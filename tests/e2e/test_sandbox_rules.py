@@ -2,11 +2,13 @@
 free disk than any sandbox node has (tests/e2e/playbooks/preflight-fails-on-node2.yml). Preflight
 reports all of its problems in one table, then by default stops every node before anything else
 happens, naming the node and each problem; with instinct_exclude_failed_nodes: true node2 is left
-out and site.yml goes on with node1 alone, the job at world size 1, and the summary names node2.
+out and site.yml goes on with node1 alone, the job (the suite's plain DDP job) at world size 1, and the
+summary names node2.
 
 These runs leave node2's preflight record holding its problems: keep this module last, or run
 site.yml after it."""
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -97,6 +99,8 @@ def left_out(preflight_fails, tmp_path_factory):
         "-e", "instinct_exclude_failed_nodes=true", "-e", f"finetune_job_name={LEFT_OUT_JOB}",
         "-e", f"finetune_model_src={other}",
         "-e", "finetune_max_steps=10", "--skip-tags", "provision,stack,fabric,monitoring,evaluate",
+        # The suite's plain DDP job (full fine-tuning, at the fault job's learning rate).
+        "-e", "finetune_strategy=ddp", "-e", "finetune_finetuning_type=full", "-e", "finetune_learning_rate=2.0e-3",
     )  # fmt: skip
     result.models_before = before
     return result
@@ -122,6 +126,13 @@ def test_with_exclusion_the_job_runs_on_the_nodes_that_remain(left_out):
     fingerprint = node(NODES[0], "cat", f"{JOB_ROOT}/{LEFT_OUT_JOB}/fingerprint").stdout
     assert f"world_size={len(NODES) - 1}" in fingerprint.split()
     assert node(NODES[1], "test", "-e", f"{JOB_ROOT}/{LEFT_OUT_JOB}", check=False).returncode != 0
+    # Plain DDP trained it: torchrun's one rank, no DeepSpeed configuration, every step taken.
+    log = node(NODES[0], "cat", f"/var/log/instinct-finetune/{LEFT_OUT_JOB}/train.log").stdout
+    assert f"Process rank: 0, world size: {len(NODES) - 1}" in log.rsplit("==== instinct.finetune launch", 1)[-1]
+    assert node(NODES[0], "test", "-e", f"/etc/instinct-finetune/jobs/{LEFT_OUT_JOB}/ds_config.json",
+                check=False).returncode != 0  # fmt: skip
+    state = json.loads(node(NODES[0], "cat", f"{JOB_ROOT}/{LEFT_OUT_JOB}/output/trainer_state.json").stdout)
+    assert state["global_step"] == 10
     # The summary names the node left out and why; node1's row has the job.
     summary = summary_lines(left_out)
     assert summary[0].rstrip().endswith("| left out")

@@ -11,10 +11,10 @@ the watch is a real module run of finetune_job_status on every node, over that n
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -136,13 +136,26 @@ def soak(workdir, rounds, hosts=("node-a", "node-b"), forks=None, failing=()):
     )
     ansible = Path(sys.executable).parent / "ansible-playbook"
     start = time.monotonic()
-    proc = subprocess.run(
-        [str(ansible) if ansible.exists() else "ansible-playbook", "-i", str(inventory), str(workdir / "watch.yml"),
-         "-e", f"soak_dir={workdir}", *(["--forks", str(forks)] if forks else [])],
-        capture_output=True, text=True, env=env, check=False, cwd=ROOT, timeout=3600,
-    )  # fmt: skip
+    # Reaped with wait4, for this run's own peak (its workers included): RUSAGE_CHILDREN is the
+    # largest of every child this process ever had.
+    with (workdir / "stdout.txt").open("w+") as out, (workdir / "stderr.txt").open("w+") as err:
+        proc = subprocess.Popen(
+            [str(ansible) if ansible.exists() else "ansible-playbook", "-i", str(inventory), str(workdir / "watch.yml"),
+             "-e", f"soak_dir={workdir}", *(["--forks", str(forks)] if forks else [])],
+            stdout=out, stderr=err, env=env, cwd=ROOT,
+        )  # fmt: skip
+        timer = threading.Timer(3600, proc.kill)
+        timer.start()
+        try:
+            _pid, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     seconds = time.monotonic() - start
-    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    peak_mib = usage.ru_maxrss / 1024
+    assert proc.returncode == 0, stdout[-4000:] + stderr[-4000:]
     results = {host: json.loads((workdir / f"{host}.result.json").read_text()) for host in hosts}
-    return seconds, peak_mib, results, proc.stdout
+    return seconds, peak_mib, results, stdout
