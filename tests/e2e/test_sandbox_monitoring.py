@@ -12,7 +12,7 @@ import time
 import urllib.parse
 
 import pytest
-from cluster import NODES, node
+from cluster import NODES, node, sandbox
 
 TEXTFILE = "/var/lib/prometheus/node-exporter/instinct_gpu.prom"
 
@@ -135,6 +135,38 @@ def test_node_exporter_and_prometheus_listen_on_the_management_address_only(conv
     assert sorted(targets) == NODES
     for host, target in targets.items():
         assert target["scrapeUrl"] == f"http://{management_address(host)}:9100/metrics" and target["health"] == "up"
+
+
+def listeners(host):
+    """[(address, port, process)] of every listening TCP socket on a node, from ss -ltnp."""
+    found = []
+    for line in node(host, "ss", "-Hltnp").stdout.splitlines():
+        fields = line.split()
+        address, _, port = fields[3].rpartition(":")
+        process = re.search(r'users:\(\("([^"]+)"', line)
+        found.append((address.strip("[]"), int(port), process.group(1) if process else "?"))
+    return sorted(found)
+
+
+def test_every_listener_on_a_converged_node_is_on_its_chosen_address(converged):
+    """Issue 32: ss -ltnp on each converged node, no job running. Node exporter (both nodes) and
+    Prometheus (node1) on the management address; no wheel server left after the stack stage, no
+    torchrun port with no job; the only wildcard listener is the image's sshd. The listings are kept
+    in artifacts/sandbox/listeners-NODE.txt for the closing note."""
+    for host in NODES:
+        address = management_address(host)
+        found = listeners(host)
+        (sandbox.collect_dir() / f"listeners-{host}.txt").write_text(node(host, "ss", "-ltnp").stdout)
+        # The collection's own listeners (ss shows a command name cut at 15 characters); the image's sshd
+        # is the operator's way in (the quick start's SSH), not the collection's.
+        ours = {(process, port) for _bound, port, process in found if process != "sshd"}
+        expected = {("prometheus-node", 9100)} | ({("prometheus", 9090)} if host == NODES[0] else set())
+        assert ours == expected, found
+        for bound, port, process in found:
+            if process == "sshd":
+                assert port == 22, found
+            else:
+                assert bound == address, (host, bound, port, process)
 
 
 def test_promtool_accepts_the_written_configuration_and_rules(converged):
