@@ -20,7 +20,7 @@ import threading
 import time
 
 import pytest
-from cluster import JOB, JOB_ROOT, NODES, ROOT, SMOKE_TASK, VENV, node, node_python, sandbox, summary_lines
+from cluster import JOB, JOB_ROOT, NODES, ROOT, SMOKE_TASK, VENV, as_trainer, node, node_python, sandbox, summary_lines
 
 FAULT_JOB = "sandbox-fault"
 
@@ -372,6 +372,35 @@ def added_task(converged, tmp_path_factory):
         node(host, "rm", "-f", ADDED_FILE, check=False)
 
 
+# Issue 32's escalation: the training account owns the venv, so a .pth file it drops in site-packages
+# runs in every Python started from the venv. Root must never start one. The line notes the uid of
+# every Python that read it, so the test also sees that the venv's code did run, as the account.
+PTH = f"{VENV}/lib/python3.11/site-packages/zz-instinct-e2e-attack.pth"
+# In /tmp: every Python may write there (a training unit's PrivateTmp gets a /tmp of its own).
+PTH_MARK = "/tmp/instinct-e2e-pth-ran-as-"  # noqa: S108
+PTH_LINE = f"import os; open('{PTH_MARK}' + str(os.getuid()), 'a').close()"
+
+
+@pytest.fixture(scope="module")
+def planted_pth(converged):
+    """The .pth planted by the training account on every node for the module's later runs (the stages
+    alone, then the fault job's check and site.yml while it trains); removed when they are done."""
+    for host in NODES:
+        node(host, "sh", "-c", f"rm -f {PTH_MARK}*")
+        as_trainer(host, "sh", "-c", f"printf '%s\\n' \"{PTH_LINE}\" > {PTH}", check=True)
+    yield {host: as_trainer(host, "id", "-u", check=True).stdout.strip() for host in NODES}
+    for host in NODES:
+        node(host, "sh", "-c", f"rm -f {PTH} {PTH_MARK}*", check=False)
+
+
+def root_never_ran_the_venvs_code(planted_pth):
+    """No Python of the venv ran as root on any node; the account's own did (the .pth was live)."""
+    for host, uid in planted_pth.items():
+        marks = node(host, "sh", "-c", f"ls {PTH_MARK}* 2>/dev/null || true").stdout.split()
+        assert f"{PTH_MARK}0" not in marks, (host, marks)
+        assert f"{PTH_MARK}{uid}" in marks, (host, marks)
+
+
 # The stage playbooks site.yml chains, as an operator runs one of them alone on a provisioned cluster.
 STAGES = ("preflight.yml", "provision.yml", "stack.yml", "fabric.yml", "monitoring.yml", "finetune.yml", "evaluate.yml")
 
@@ -388,7 +417,7 @@ def read_what_it_needs_again(playbook, alone):
         assert alone.ran("Check that the finetune stage finished the job") == NODES
 
 
-def test_each_stage_alone_changes_nothing_but_the_files_changed_by_hand(added_task):
+def test_each_stage_alone_changes_nothing_but_the_files_changed_by_hand(added_task, planted_pth):
     """Each stage run alone, with no earlier play of the same run to hand it facts: rc 0. The facts a
     stage needs are read again on the nodes (the GPUs' archs for AMD's RCCL settings, the GPU count
     for the collector) or were written by the stage that owns them.
@@ -400,7 +429,8 @@ def test_each_stage_alone_changes_nothing_but_the_files_changed_by_hand(added_ta
     node nothing changes, and every copy, template and file task compared its files there.
 
     The monitoring role is the copy with ADDED_TASK appended: its stage writes the new file on every
-    converged node, in that task, and changes nothing else."""
+    converged node, in that task, and changes nothing else. A .pth file the training account planted
+    in the venv (PTH) runs in each of the venv's Pythons: none of the stages ran one as root."""
     drifted = NODES[-1]
     before = {path: path_state(drifted, path) for path in DRIFT}
     assert all(mode for mode, _digest in before.values()), before
@@ -448,6 +478,7 @@ def test_each_stage_alone_changes_nothing_but_the_files_changed_by_hand(added_ta
     # And on every node the tasks that write them compared them (a converged node's copy and template
     # tasks run: what they would change, they change).
     assert unseen == {host: set() for host in NODES}, unseen
+    root_never_ran_the_venvs_code(planted_pth)
     # The added task wrote its file once on every node, as it says.
     assert sorted(added) == NODES, added
     for host in NODES:
@@ -484,7 +515,7 @@ def trained_steps(host, job):
     return float(found.group(1)) if found else 0
 
 
-def test_a_killed_and_a_frozen_rank_of_a_zero3_job_stop_it_and_reruns_resume(converged, added_task):
+def test_a_killed_and_a_frozen_rank_of_a_zero3_job_stop_it_and_reruns_resume(converged, added_task, planted_pth):
     """One ZeRO-3 full fine-tune through what a long run meets: node2's worker killed after the first
     checkpoint (the play fails naming node2), a resume on node1 alone refused before anything
     changes (its checkpoints were saved at world size 2), and so is a resume with another learning
@@ -499,6 +530,8 @@ def test_a_killed_and_a_frozen_rank_of_a_zero3_job_stop_it_and_reruns_resume(con
     refuse_a_resume_with_another_learning_rate()
     stop_a_resume_whose_rank_froze(saved)
     resume_while_site_yml_runs_again(saved, added_task)
+    # finetune.yml's runs, the check and site.yml while the job trained: none ran the venv as root.
+    root_never_ran_the_venvs_code(planted_pth)
 
 
 # Killed after its first checkpoint (step 20), with 40 steps (about 30 s here) still to go. The fault
