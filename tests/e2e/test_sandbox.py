@@ -20,7 +20,20 @@ import threading
 import time
 
 import pytest
-from cluster import JOB, JOB_ROOT, NODES, ROOT, SMOKE_TASK, VENV, as_trainer, node, node_python, sandbox, summary_lines
+from cluster import (
+    JOB,
+    JOB_ROOT,
+    NODES,
+    ROOT,
+    SMOKE_TASK,
+    VENV,
+    as_trainer,
+    debug_messages,
+    node,
+    node_python,
+    sandbox,
+    summary_lines,
+)
 
 FAULT_JOB = "sandbox-fault"
 
@@ -61,6 +74,17 @@ def test_site_runs_every_stage_on_both_nodes(site):
     )
     for stage in (*stages, "Summarise"):
         assert any(stage.lower() in play.lower() for play in plays), (stage, plays)
+
+
+def test_the_jobs_checkpoints_were_sized_on_each_node_before_launch(site):
+    """Issue 32: each node estimated its checkpoints from the sandbox model's safetensors headers (LoRA
+    on every linear layer: a small part of the parameters trained) and had the room."""
+    said = debug_messages(site, "Say what the job's checkpoints take on this node")
+    assert sorted(said) == NODES, said
+    for host, message in said.items():
+        found = re.search(r"GB for 4 checkpoints and the final weights \((\d+) of (\d+) parameters trained\)", message)
+        assert found and 0 < int(found.group(1)) < int(found.group(2)), (host, message)
+    assert site.ran("Refuse the job when its checkpoints would not fit on this node") == []
 
 
 def test_both_ranks_trained_with_zero3_offload_in_a_world_of_two_over_the_fabric_nic(collected):
