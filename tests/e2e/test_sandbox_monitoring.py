@@ -142,7 +142,7 @@ def listeners(host):
     found = []
     for line in node(host, "ss", "-Hltnp").stdout.splitlines():
         fields = line.split()
-        address, _, port = fields[3].rpartition(":")
+        address, _colon, port = fields[3].rpartition(":")
         process = re.search(r'users:\(\("([^"]+)"', line)
         found.append((address.strip("[]"), int(port), process.group(1) if process else "?"))
     return sorted(found)
