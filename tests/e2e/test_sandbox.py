@@ -396,9 +396,11 @@ def added_task(converged, tmp_path_factory):
         node(host, "rm", "-f", ADDED_FILE, check=False)
 
 
-# Issue 32's escalation: the training account owns the venv, so a .pth file it drops in site-packages
-# runs in every Python started from the venv. Root must never start one. The line notes the uid of
-# every Python that read it, so the test also sees that the venv's code did run, as the account.
+# Issue 32's escalation: a .pth file in the venv's site-packages runs in every Python started from the
+# venv. The training account cannot write one there any more (test_sandbox_nodes.py); the build account,
+# which owns the venv and runs pip, can. Root must never start the venv's Python, whoever wrote the .pth.
+# The line notes the uid of every Python that read it, so the test also sees that the venv's code did
+# run, as the training account.
 PTH = f"{VENV}/lib/python3.11/site-packages/zz-instinct-e2e-attack.pth"
 # In /tmp: every Python may write there (a training unit's PrivateTmp gets a /tmp of its own).
 PTH_MARK = "/tmp/instinct-e2e-pth-ran-as-"  # noqa: S108
@@ -407,11 +409,12 @@ PTH_LINE = f"import os; open('{PTH_MARK}' + str(os.getuid()), 'a').close()"
 
 @pytest.fixture(scope="module")
 def planted_pth(converged):
-    """The .pth planted by the training account on every node for the module's later runs (the stages
-    alone, then the fault job's check and site.yml while it trains); removed when they are done."""
+    """The .pth planted by the venv's owner on every node for the module's later runs (the stages alone,
+    then the fault job's check and site.yml while it trains); removed when they are done."""
     for host in NODES:
         node(host, "sh", "-c", f"rm -f {PTH_MARK}*")
-        as_trainer(host, "sh", "-c", f"printf '%s\\n' \"{PTH_LINE}\" > {PTH}", check=True)
+        plant = f"printf '%s\\n' \"{PTH_LINE}\" > {PTH}"
+        node(host, "sudo", "-u", "instinct-build", "sh", "-c", plant)
     yield {host: as_trainer(host, "id", "-u", check=True).stdout.strip() for host in NODES}
     for host in NODES:
         node(host, "sh", "-c", f"rm -f {PTH} {PTH_MARK}*", check=False)
@@ -453,8 +456,8 @@ def test_each_stage_alone_changes_nothing_but_the_files_changed_by_hand(added_ta
     node nothing changes, and every copy, template and file task compared its files there.
 
     The monitoring role is the copy with ADDED_TASK appended: its stage writes the new file on every
-    converged node, in that task, and changes nothing else. A .pth file the training account planted
-    in the venv (PTH) runs in each of the venv's Pythons: none of the stages ran one as root."""
+    converged node, in that task, and changes nothing else. A .pth file planted in the venv (PTH) runs
+    in each of the venv's Pythons: none of the stages ran one as root."""
     drifted = NODES[-1]
     before = {path: path_state(drifted, path) for path in DRIFT}
     assert all(mode for mode, _digest in before.values()), before

@@ -47,9 +47,11 @@ def test_pip_trusts_the_system_bundle_only_when_cas_were_added(host):
         assert "cert = /etc/ssl/certs/ca-certificates.crt" in found.stdout
     else:
         assert found.returncode != 0
-    # Root's, read by the training account (it runs pip) and nobody else: it may hold a mirror's password.
+    # Root's, read by the build account (it runs pip) and nobody else, the training account included: it
+    # may hold a mirror's password.
     conf = node(host, "stat", "-c", "%a %U %G", f"{VENV}/pip.conf").stdout.split()
-    assert conf == ["640", "root", "instinct"]
+    assert conf == ["640", "root", "instinct-build"]
+    assert as_trainer(host, "cat", f"{VENV}/pip.conf").returncode != 0
     assert "cert = /etc/ssl/certs/ca-certificates.crt" in text(host, f"{VENV}/pip.conf")
 
 
@@ -65,12 +67,23 @@ def test_tls_to_pypi_works_through_the_trust_store(host):
     assert out.returncode == 0 and out.stdout.strip() == "200", out.stderr
 
 
-def test_the_venv_belongs_to_the_training_account_and_runs_python_311(host):
+def test_the_venv_and_the_wheels_are_the_build_accounts_and_the_training_account_runs_python_311(host):
+    """Issue 32: the build account owns the venv and the wheel store, with no login shell; the training
+    account runs the venv's Python 3.11 and can write nothing in either (a .pth file, a wheel)."""
     owners = node(host, "stat", "-c", "%U:%G", VENV, f"{VENV}/lib/python3.11/site-packages").stdout.split()
-    assert owners == ["instinct:instinct", "instinct:instinct"]
+    assert owners == ["instinct-build:instinct-build", "instinct-build:instinct-build"]
+    shell = node(host, "getent", "passwd", "instinct-build").stdout.strip().rsplit(":", 1)[1]
+    assert shell == "/usr/sbin/nologin"
     assert "home = /opt/site-python/3.11/bin" in text(host, f"{VENV}/pyvenv.cfg")
     out = as_trainer(host, PY, "-c", "import sys; print(sys.version_info[:2])")
     assert out.returncode == 0 and out.stdout.strip() == "(3, 11)"
+    # Every file and folder of both belongs to the build account (or root), none to the training account.
+    foreign = node(host, "find", VENV, "/opt/instinct/wheels", "-not", "-user", "instinct-build", "-not", "-user",
+                   "root").stdout.split()  # fmt: skip
+    assert foreign == [], foreign[:10]
+    for target in (f"{VENV}/lib/python3.11/site-packages/planted.pth", "/opt/instinct/wheels/deepspeed/planted.whl"):
+        planted = as_trainer(host, "sh", "-c", f"echo import os > {target}")
+        assert planted.returncode != 0 and "Permission denied" in planted.stderr, (target, planted.stderr)
 
 
 def test_torch_is_the_cpu_wheel_from_the_wheel_folder_and_survived_llama_factory(host):
@@ -129,7 +142,7 @@ def test_deepspeed_was_built_once_for_both_nodes_with_its_cpu_ops(converged):
     for host in NODES:
         (folder,) = node(host, "sh", "-c", "ls -d /opt/instinct/wheels/deepspeed/0.16.9/cpu-torch*").stdout.split()
         folders[host] = folder
-        assert node(host, "stat", "-c", "%U", folder).stdout.strip() == "instinct"
+        assert node(host, "stat", "-c", "%U", folder).stdout.strip() == "instinct-build"
         wheels = node(host, "sh", "-c", f"ls {folder}/*.whl").stdout.split()
         assert len(wheels) == 1 and "deepspeed-0.16.9-" in wheels[0]
         sums[host] = node(host, "sha256sum", wheels[0]).stdout.split()[0]
@@ -153,7 +166,7 @@ def test_the_other_nodes_fetched_the_wheel_from_the_builder_and_the_controller_n
     want = node(builder, "sha256sum", wheel).stdout.split()[0]
     for peer in peers:
         assert node(peer, "sha256sum", wheel).stdout.split()[0] == want
-        assert node(peer, "stat", "-c", "%U %a", wheel).stdout.split() == ["instinct", "644"]
+        assert node(peer, "stat", "-c", "%U %a", wheel).stdout.split() == ["instinct-build", "644"]
     assert converged.ran("Fetch the wheels from the arch set's builder and check their sha256") == sorted(peers)
     served = served_lines(converged, builder)
     for peer in peers:

@@ -52,7 +52,7 @@ def test_only_the_first_node_of_each_arch_set_built(host, node, version):
     assert log.exists == builds
     if builds:
         assert "[5/5] build record" in log.content_string
-        assert log.user == "instinct"
+        assert log.user == "instinct-build"  # the build account, not the training account (issue 32)
 
 
 def test_the_upgrade_left_only_the_wheels_the_node_runs(host, node):
@@ -84,7 +84,7 @@ def test_build_record_has_the_arch_set_and_parallelism(host, node, max_jobs, ver
     assert env["PYTORCH_BUILD_VERSION"] == version
     # the commit of the clone, which is the tag's (the tree at the tag says its own version)
     src = f"/opt/instinct/build/src/pytorch-{version}"
-    assert record["commit"] == host.check_output(f"sudo -u instinct git -C {src} rev-parse HEAD")
+    assert record["commit"] == host.check_output(f"sudo -u instinct-build git -C {src} rev-parse HEAD")
     assert host.file(f"{src}/version.txt").content_string.strip() == version
     if version == "2.10.1":
         # the side effect pinned v2.10.1's commit: the script checked the clone against it
@@ -112,7 +112,7 @@ def test_node2_got_node1s_wheel_and_node3_its_own(version):
     assert sha["node2"] == sha["node1"]
     assert sha["node3"] != sha["node1"]
     copy = node2.file(wheel_path(version, "gfx942"))
-    assert (copy.user, copy.group, copy.mode) == ("instinct", "instinct", 0o644)
+    assert (copy.user, copy.group, copy.mode) == ("instinct-build", "instinct-build", 0o644)
 
 
 def test_venv_holds_the_stand_in_torch_of_its_arch_set(host, node):

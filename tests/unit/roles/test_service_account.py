@@ -24,15 +24,20 @@ COMMON = yaml.safe_load((ROLES / "common" / "defaults" / "main.yml").read_text()
 def test_the_training_account_gets_no_login_shell():
     assert COMMON["instinct_user_shell"] == "/usr/sbin/nologin"
     created = [(path, task) for path, task in role_tasks() if "ansible.builtin.user" in task]
-    # The rocm role (GPU groups) and the instinct_python role (the venv's owner) both make the account.
-    makers = {str(path) for path, _task in created}
-    assert makers == {"roles/rocm/tasks/access.yml", "roles/instinct_python/tasks/venv.yml"}
+    # The rocm role (GPU groups) and the instinct_python role both make the training account; the
+    # instinct_python role makes the build account (the venv's owner, issue 32), never with a shell.
+    makers = sorted((str(path), task["ansible.builtin.user"]["name"]) for path, task in created)
+    assert makers == [("roles/instinct_python/tasks/venv.yml", "{{ instinct_build_user }}"),
+                      ("roles/instinct_python/tasks/venv.yml", "{{ instinct_user }}"),
+                      ("roles/rocm/tasks/access.yml", "{{ instinct_user }}")]  # fmt: skip
     for path, task in created:
-        assert task["ansible.builtin.user"]["shell"] == "{{ instinct_user_shell }}", path
+        want = "/usr/sbin/nologin" if "build" in task["ansible.builtin.user"]["name"] else "{{ instinct_user_shell }}"
+        assert task["ansible.builtin.user"]["shell"] == want, path
 
 
 def test_nothing_becomes_the_account_through_its_login_shell():
-    becoming = [(path, task) for path, task in role_tasks() if "instinct_user" in str(task.get("become_user", ""))]
+    accounts = ("{{ instinct_user }}", "{{ instinct_build_user }}")
+    becoming = [(path, task) for path, task in role_tasks() if task.get("become_user") in accounts]
     assert len(becoming) > 20  # the venv, the wheels, the probes, the checks, the collection of a job's files
     for path, task in becoming:
         # The default method, sudo, runs Ansible's own /bin/sh -c; su and a login (-i) would run nologin.
@@ -63,14 +68,15 @@ def pip_conf_play(tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the file is written owned by root")
-def test_pip_conf_is_the_accounts_group_only_and_never_shown_in_diff(tmp_path):
-    # The account's group: not root's, so that a file left root's group is seen.
+def test_pip_conf_is_the_build_accounts_group_only_and_never_shown_in_diff(tmp_path):
+    # The build account's group (it runs pip; the training account does not read the file): not root's,
+    # so that a file left root's group is seen.
     group = next(name for name in ("nogroup", "users", "daemon") if name in {entry.gr_name for entry in grp.getgrall()})
     mirror = "https://builder:s3cr3t-pw@mirror.example/simple"
     venv = tmp_path / "venv"
     venv.mkdir()
     playbook = pip_conf_play(tmp_path)
-    extravars = {"instinct_venv": str(venv), "instinct_group": group, "instinct_python_pip_index_url": mirror}
+    extravars = {"instinct_venv": str(venv), "instinct_build_group": group, "instinct_python_pip_index_url": mirror}
     proc = run_local_play(playbook, extravars, env={"ANSIBLE_DIFF_ALWAYS": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     conf = Path(venv / "pip.conf")

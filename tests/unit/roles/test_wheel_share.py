@@ -75,11 +75,11 @@ def run_share(tmp_path, port, *, check=False, server=None):
     # Extra vars: the step's playbook reads the roles' defaults as vars files, above the inventory.
     common = {
         "ansible_connection": "local",
-        "ansible_become": False,  # the step serves as instinct_user; here as the test's own user
+        "ansible_become": False,  # the step serves as instinct_build_user; here as the test's own user
         "ansible_python_interpreter": sys.executable,
-        "instinct_user": pwd.getpwuid(os.getuid()).pw_name,
-        "instinct_group": grp.getgrgid(os.getgid()).gr_name,
-        "instinct_user_home": str(home),
+        "instinct_build_user": pwd.getpwuid(os.getuid()).pw_name,
+        "instinct_build_group": grp.getgrgid(os.getgid()).gr_name,
+        "instinct_build_home": str(home),
         "instinct_tools_dir": str(tools.parent),
         "instinct_management_address": "127.0.0.1",
         "wheel_build_serve_port": port,
