@@ -60,6 +60,8 @@ def read_header(path):
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as error:
         raise ValueError("%s: the safetensors header is not JSON (%s)" % (path, error)) from None
+    if not isinstance(header, dict):
+        raise ValueError("%s: the safetensors header is not a JSON object" % path)
     tensors = {}
     for name, entry in header.items():
         if name == "__metadata__":
@@ -82,9 +84,7 @@ def model_files(model_dir):
         if missing:
             raise ValueError("%s names shards that are not there: %s" % (index, ", ".join(missing)))
         return [os.path.join(model_dir, shard) for shard in shards]
-    return sorted(
-        os.path.join(model_dir, name) for name in os.listdir(model_dir) if name.endswith(".safetensors")
-    )
+    return sorted(os.path.join(model_dir, name) for name in os.listdir(model_dir) if name.endswith(".safetensors"))
 
 
 def model_tensors(model_dir):
@@ -159,8 +159,10 @@ def checkpoint_estimate(tensors, job):
 
 
 def tree_bytes(path):
-    """Bytes of the files under ``path`` (0 when it does not exist); links are not followed."""
+    """Bytes of the files under ``path`` (0 when it does not exist or is a link); links are not followed."""
     total = 0
+    if os.path.islink(path):
+        return 0
     for root, _dirs, files in os.walk(path):
         for name in files:
             try:

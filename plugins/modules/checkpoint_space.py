@@ -68,6 +68,12 @@ options:
     description: Room asked beyond the estimate, in percent of it.
     type: int
     default: 10
+  count_existing:
+    description:
+      - Count what O(output_dir) already holds as room (a resumed job's own checkpoints, rotated out as new
+        ones come). False for a fresh start, whose earlier output is moved aside on the same filesystem.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - instinct.finetune.read_only
 seealso:
@@ -128,7 +134,7 @@ free_bytes:
   returned: always
   type: int
 reusable_bytes:
-  description: Bytes the job's output folder already holds.
+  description: Bytes the job's output folder already holds, counted as room (0 unless O(count_existing)).
   returned: always
   type: int
 problem:
@@ -168,12 +174,13 @@ def main():
             "master": {"type": "bool", "default": False},
             "save_total_limit": {"type": "int", "default": 3},
             "margin_percent": {"type": "int", "default": 10},
+            "count_existing": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
     params = module.params
     free = free_bytes(params["output_dir"])
-    reusable = tree_bytes(params["output_dir"])
+    reusable = tree_bytes(params["output_dir"]) if params["count_existing"] else 0
     try:
         tensors = model_tensors(params["model_dir"]) if os.path.isdir(params["model_dir"]) else {}
     except (OSError, ValueError) as error:

@@ -774,7 +774,9 @@ def resume_while_site_yml_runs_again(saved, added_task):
 def check_mode_predicts_no_change_while_the_job_trains(added_task):
     """site.yml --check --diff on the converged cluster while the job trains: the suite's converged
     check. Every stage predicts no change on real state: preflight and its trust store, the ROCm
-    packages, the venv, torch, DeepSpeed's wheel and LLaMA-Factory, the fabric's env file, monitoring
+    repositories' and device files, the venv's settings, what is installed in it (read, not installed:
+    the stages that could disturb the job hold back, so the install path of DeepSpeed's wheel is
+    predicted only by the fresh check and run by the stages alone), the fabric's env file, monitoring
     (with the added task, whose file the stages alone wrote: compared on every node, unchanged), and
     the running job, attached to and left alone."""
     checked = sandbox.run_playbook(

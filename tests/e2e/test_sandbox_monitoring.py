@@ -137,12 +137,20 @@ def test_node_exporter_and_prometheus_listen_on_the_management_address_only(conv
         assert target["scrapeUrl"] == f"http://{management_address(host)}:9100/metrics" and target["health"] == "up"
 
 
+# Docker's embedded DNS server of a user-defined network: a listener the test harness puts in every
+# container's namespace (owned by dockerd, so ss names no process), not the node's.
+DOCKER_DNS = "127.0.0.11"
+
+
 def listeners(host):
-    """[(address, port, process)] of every listening TCP socket on a node, from ss -ltnp."""
+    """[(address, port, process)] of every listening TCP socket on a node, from ss -ltnp, Docker's
+    embedded DNS left out."""
     found = []
     for line in node(host, "ss", "-Hltnp").stdout.splitlines():
         fields = line.split()
         address, _colon, port = fields[3].rpartition(":")
+        if address == DOCKER_DNS:
+            continue
         process = re.search(r'users:\(\("([^"]+)"', line)
         found.append((address.strip("[]"), int(port), process.group(1) if process else "?"))
     return sorted(found)

@@ -18,5 +18,8 @@ if [[ -n $built ]]; then
     echo "wheel_build: $built was built by a run that held the lock before this one; nothing to build"
     exit 0
 fi
+# A log an earlier release's builds left belongs to the training account: tee could not open it, and
+# with pipefail a build that succeeded would fail. The log folder is this account's: the old log goes.
+rm -f -- "$log"
 # The build does not inherit the lock's descriptor: a process it leaves behind must not hold the lock.
 WHEEL_BUILD_OUT=$out "$script" 9>&- 2>&1 | tee "$log"

@@ -40,9 +40,11 @@ def test_a_small_model_fits_and_a_hub_model_is_not_estimated(tmp_path):
     output.mkdir()
     (output / "checkpoint-1").mkdir()
     (output / "checkpoint-1" / "optim.pt").write_bytes(b"x" * 1000)
-    rc, result = space(model, output, finetuning_type="lora", lora_rank=4)
+    rc, result = space(model, output, finetuning_type="lora", lora_rank=4, count_existing=True)
     assert rc == 0 and result["problem"] is None, result
     assert (result["params"], result["trainable"], result["reusable_bytes"]) == (4096, 4 * 128, 1000)
+    # A fresh start moves the earlier output aside on the same filesystem: it is no room.
+    assert space(model, output, finetuning_type="lora", lora_rank=4)[1]["reusable_bytes"] == 0
     rc, hub = space(tmp_path / "meta-llama" / "Llama-3.1-8B", output)
     assert rc == 0 and hub["estimated"] is False and hub["problem"] is None
 
