@@ -222,10 +222,24 @@ do_integration() {
 }
 
 # Every process under a pid, children first (a lane's pytest, its ansible-runner and their children).
-kill_tree() {
+# ansible-runner takes SIGTERM as "cancel this playbook" and pytest then goes on with the next test:
+# whatever is still there after ten seconds is killed.
+tree_pids() {
   local child
-  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
-  kill "$1" 2>/dev/null || true
+  for child in $(pgrep -P "$1" 2>/dev/null); do tree_pids "$child"; done
+  echo "$1"
+}
+kill_tree() {
+  local pids waited=0
+  pids=$(tree_pids "$1")
+  # shellcheck disable=SC2086  # one pid per word
+  kill $pids 2>/dev/null || true
+  while ((waited < 10)) && ps -p "${pids//$'\n'/,}" >/dev/null 2>&1; do
+    sleep 1
+    waited=$((waited + 1))
+  done
+  # shellcheck disable=SC2086
+  kill -KILL $pids 2>/dev/null || true
 }
 
 do_all() {
