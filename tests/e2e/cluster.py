@@ -34,7 +34,9 @@ def as_trainer(host, *argv, check=False):
 
 
 def node_python(host, code):
-    return node(host, f"{VENV}/bin/python", "-c", code)
+    """The venv's Python on a node, as the training account: nothing, the tests included, runs the
+    venv's code as root (test_sandbox.py plants a .pth there and checks that root never ran it)."""
+    return as_trainer(host, f"{VENV}/bin/python", "-c", code, check=True)
 
 
 def debug_messages(result, task):
