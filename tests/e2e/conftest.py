@@ -42,7 +42,7 @@ def site(tmp_path_factory):
     # new nodes nothing is installed yet and the whole set travels).
     for host in NODES:
         node(host, "rm", "-rf", LF_SETS)
-        node(host, "sh", "-c", f"test ! -x {VENV}/bin/pip || sudo -H -u instinct {VENV}/bin/pip uninstall -y -q "
+        node(host, "sh", "-c", f"test ! -x {VENV}/bin/pip || sudo -H -u instinct-build {VENV}/bin/pip uninstall -y -q "
              "llamafactory fire termcolor", check=False)  # fmt: skip
     # Files the run leaves on the controller are those newer than this (test_sandbox_nodes.py).
     marker = tmp_path_factory.mktemp("site") / "before-site-yml"
