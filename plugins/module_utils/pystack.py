@@ -143,25 +143,52 @@ def wheel_build_plan(hosts, archs_by_host):
     return plan
 
 
-def wheel_transfers(builder_files, files_by_peer, name_prefix=""):
-    """What each peer of an arch set must fetch from its builder, judged by sha256.
+def read_sha256_record(text):
+    """The wheels a build or a dependency download recorded, from ``sha256sum``'s output (the
+    ``SHA256SUMS`` file the build account writes when the wheels are made): ``{name: sha256}``.
+    A line that is not ``HEX  NAME`` (a name with a folder in it, a short sum) is an error."""
+    record = {}
+    for number, line in enumerate(str(text or "").splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split(None, 1)
+        digest = parts[0].lower()
+        name = parts[1].strip().lstrip("*") if len(parts) == 2 else ""
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest) or not name or "/" in name:
+            raise ValueError(f"line {number} of the sha256 record is not 'SHA256  NAME': {line[:120]!r}")
+        record[name] = digest
+    return record
 
-    ``builder_files`` and each value of ``files_by_peer`` are the results of ``ansible.builtin.find``
-    with ``get_checksum`` and ``checksum_algorithm: sha256`` (dicts with ``path`` and ``checksum``).
-    A peer fetches every file of the builder (whose name starts with ``name_prefix``) that it lacks or
-    holds with another checksum. Returns ``{"files": [{"name", "sha256"}], "fetch": {peer: [names]},
-    "transfers": count}``: the builder serves ``transfers`` downloads, then stops serving."""
-    files = sorted(
-        (
-            {"name": str(f["path"]).rsplit("/", 1)[-1], "sha256": str(f.get("checksum") or "")}
-            for f in builder_files or []
-            if str(f["path"]).rsplit("/", 1)[-1].startswith(name_prefix)
-        ),
-        key=lambda f: f["name"],
-    )
-    missing = [f["name"] for f in files if not f["sha256"]]
-    if missing:
-        raise ValueError(f"no sha256 for the builder's {', '.join(missing)}: list them with get_checksum")
+
+def wheel_transfers(builder_files, files_by_peer, name_prefix="", record=None):
+    """What each peer of an arch set must fetch from its builder, judged by the sha256 recorded when
+    the wheels were built or downloaded (issue 32), never by what the builder's folder holds now.
+
+    ``record`` is the builder's ``SHA256SUMS`` text (``read_sha256_record``); ``builder_files`` and
+    each value of ``files_by_peer`` are the results of ``ansible.builtin.find`` with ``get_checksum``
+    and ``checksum_algorithm: sha256`` (dicts with ``path`` and ``checksum``). Only the recorded files
+    whose name starts with ``name_prefix`` are shared: a file the record does not name (put there
+    after the build) is never served nor installed, and a recorded file that is missing or whose
+    sha256 differs from the record is an error. A peer fetches every shared file it lacks or holds
+    with another checksum. Returns ``{"files": [{"name", "sha256"}], "fetch": {peer: [names]},
+    "transfers": count}``: the builder serves ``transfers`` downloads, then stops serving. An empty
+    record is a set with nothing to share (a dependency set its builder already had installed)."""
+    if record is None:
+        raise ValueError("no sha256 was recorded for the builder's wheels (its SHA256SUMS is missing)")
+    recorded = read_sha256_record(record)
+    found = {str(f["path"]).rsplit("/", 1)[-1]: str(f.get("checksum") or "") for f in builder_files or []}
+    files = []
+    for name in sorted(recorded):
+        if not name.startswith(name_prefix):
+            continue
+        if name not in found:
+            raise ValueError(f"the builder's {name} is recorded but missing")
+        if found[name] != recorded[name]:
+            raise ValueError(
+                f"the builder's {name} has sha256 {found[name] or 'unknown'}, not the {recorded[name]} "
+                "recorded when it was made: it changed since"
+            )
+        files.append({"name": name, "sha256": recorded[name]})
     fetch = {}
     for peer, peer_files in (files_by_peer or {}).items():
         have = {str(f["path"]).rsplit("/", 1)[-1]: str(f.get("checksum") or "") for f in peer_files or []}

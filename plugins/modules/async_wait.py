@@ -96,7 +96,7 @@ EXAMPLES = r"""
     timeout: 21600
     poll: 30
     progress_interval: 60
-    log: /var/log/instinct-finetune/build-torch-2.7.1-gfx942.log
+    log: /var/log/instinct-finetune/build/build-torch-2.7.1-gfx942.log
   register: build_result
   # Judge the job's exit in a later task; a wait that timed out still fails here.
   failed_when: build_result.timed_out | default(false)

@@ -146,8 +146,12 @@ def test_deepspeed_was_built_once_for_both_nodes_with_its_cpu_ops(converged):
         wheels = node(host, "sh", "-c", f"ls {folder}/*.whl").stdout.split()
         assert len(wheels) == 1 and "deepspeed-0.16.9-" in wheels[0]
         sums[host] = node(host, "sha256sum", wheels[0]).stdout.split()[0]
+        # The sha256 recorded at the build, kept on every node, pins what pip installed (--require-hashes).
+        name = wheels[0].rsplit("/", 1)[1]
+        assert node(host, "cat", f"{folder}/SHA256SUMS").stdout == f"{sums[host]}  {name}\n"
+        assert node(host, "cat", f"{folder}/install.txt").stdout == f"{wheels[0]} --hash=sha256:{sums[host]}\n"
         key = folder.rsplit("/", 1)[1]
-        found = node(host, "cat", f"/var/log/instinct-finetune/build-deepspeed-0.16.9-{key}.log", check=False)
+        found = node(host, "cat", f"/var/log/instinct-finetune/build/build-deepspeed-0.16.9-{key}.log", check=False)
         if found.returncode == 0:
             logs[host] = found.stdout
     assert len(set(folders.values())) == 1 and len(set(sums.values())) == 1, (folders, sums)
@@ -205,13 +209,23 @@ def test_llama_factorys_dependency_set_was_fetched_once_and_served_node_to_node(
     builder, peers = NODES[0], NODES[1:]
     assert converged.ran("Fetch or build every wheel of the set") == [builder]
     (folder,) = node(builder, "sh", "-c", f"ls -d {LF_SETS}/*/").stdout.split()
-    assert node(builder, "test", "-f", f"{folder}/.complete", check=False).returncode == 0
     listing = node(builder, "sh", "-c", f"cd {folder} && sha256sum *.whl").stdout
+    # The sums were recorded when the set was downloaded, by the build account, and every node keeps
+    # the builder's record and installs from a list pinned to it (pip --require-hashes).
+    record = node(builder, "cat", f"{folder}/SHA256SUMS").stdout
+    assert record == listing, (record, listing)
+    assert node(builder, "stat", "-c", "%U", f"{folder}/SHA256SUMS").stdout.strip() == "instinct-build"
     wheels = [line.split()[1] for line in listing.splitlines()]
     assert any(w.startswith("fire-") for w in wheels) and any(w.startswith("termcolor-") for w in wheels), wheels
+    pinned = sorted(
+        f"{folder.rstrip('/')}/{name} --hash=sha256:{digest}" for digest, name in map(str.split, record.splitlines())
+    )
     served = served_lines(converged, builder)
+    for host in NODES:
+        assert sorted(node(host, "cat", f"{folder}/install.txt").stdout.splitlines()) == pinned
     for peer in peers:
         assert node(peer, "sh", "-c", f"cd {folder} && sha256sum *.whl").stdout == listing
+        assert node(peer, "cat", f"{folder}/SHA256SUMS").stdout == record
         for wheel in wheels:
             assert [line for line in served if line.startswith(f"sent {wheel} (") and f" to {mgmt(peer)} " in line]
     # Every node installed the removed dependencies again, at the version of the set's wheel (the

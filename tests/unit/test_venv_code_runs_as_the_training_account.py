@@ -60,5 +60,36 @@ def test_the_build_account_owns_the_venv_and_the_wheel_store_and_never_logs_in()
     folders = tasks["Create the venv's parent owned by root and the venv directory owned by the build account"]
     assert {item["path"]: item["owner"] for item in folders["loop"]} == {
         "{{ instinct_venv | dirname }}": "root", "{{ instinct_venv }}": BUILD}  # fmt: skip
-    store = tasks["Create the wheel folder and the build log folder"]["ansible.builtin.file"]
-    assert (store["owner"], store["group"], store["mode"]) == (BUILD, "{{ instinct_build_group }}", "0755")
+    store = tasks["Create the wheel store and the log folders"]
+    assert {item["path"]: (item["owner"], item["group"]) for item in store["loop"]} == {
+        "{{ wheel_build_dir }}": (BUILD, "{{ instinct_build_group }}"),
+        "{{ instinct_log_root }}": ("root", "root"),
+        "{{ wheel_build_log_dir }}": (BUILD, "{{ instinct_build_group }}"),
+    }
+    assert store["ansible.builtin.file"]["mode"] == "0755"
+
+
+# Folders the build account owns: what root writes, creates or removes there would follow a link that
+# account put in its place (issue 32's review: a compromised build, a malicious sdist, becomes root).
+BUILD_OWNED = (
+    "wheel_build_out",
+    "wheel_build_serve_plan",
+    "{{ wheel_build_dir }}/",
+    "llama_factory_dependency_dir",
+    "pytorch_build_script",
+    "pytorch_audio_script",
+)
+WRITERS = ("ansible.builtin.file", "ansible.builtin.copy", "ansible.builtin.template", "ansible.builtin.get_url")
+
+
+def test_root_writes_nothing_inside_a_folder_the_build_account_owns():
+    inside = []
+    for path, task in role_tasks():
+        writer = next((name for name in WRITERS if name in task), None)
+        if writer is None:
+            continue
+        target = json.dumps([task[writer].get("path"), task[writer].get("dest"), task.get("loop")])
+        if any(marker in target for marker in BUILD_OWNED):
+            inside.append((str(path), task.get("name"), task.get("become_user")))
+    assert len(inside) >= 8, inside  # the store's folders, records, pins, fetches, scripts and plan
+    assert [(path, name) for path, name, user in inside if user != BUILD] == []

@@ -24,7 +24,7 @@ def wheel_path(version, arch):
 
 
 def build_log(version, arch):
-    return f"/var/log/instinct-finetune/build-torch-{version}-{arch}.log"
+    return f"/var/log/instinct-finetune/build/build-torch-{version}-{arch}.log"
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,8 @@
 """wheel_build's build runner (roles/wheel_build/files/locked_build.sh): two runs that start the same
-build at once build once; the second waits for the first and takes its wheel."""
+build at once build once; the second waits for the first and takes its wheel. The build's wheels get
+their sha256 recorded when it ends, and a wheel without that record is built again (issue 32)."""
 
+import hashlib
 import subprocess
 import time
 
@@ -43,6 +45,26 @@ def test_a_second_run_during_a_build_waits_for_it_and_builds_nothing(tmp_path):
     assert "was built by a run that held the lock before this one" in second_out
     # The waiting run left the first build's log alone and wrote none of its own.
     assert not (tmp_path / "second.log").exists()
+    (wheel,) = out.glob("*.whl")
+    assert (out / "SHA256SUMS").read_text() == f"{hashlib.sha256(wheel.read_bytes()).hexdigest()}  {wheel.name}\n"
+
+
+def test_a_wheel_without_the_record_of_its_build_is_built_again(tmp_path):
+    """A wheel in the folder with no SHA256SUMS (an earlier release's store, or one put there) is no
+    build: it goes, the build runs, and the record names only what the build made."""
+    out = tmp_path / "wheels"
+    out.mkdir()
+    (out / "deepspeed-0.16.9+planted-py3-none-any.whl").write_bytes(b"planted")
+    script = tmp_path / "build.sh"
+    script.write_text('#!/bin/sh\nprintf built > "$WHEEL_BUILD_OUT/deepspeed-0.16.9-py3-none-any.whl"\n')
+    script.chmod(0o755)
+    run = start(out, script, tmp_path / "build.log")
+    stdout = run.communicate(timeout=30)[0]
+    assert run.returncode == 0, stdout
+    assert "has no sha256 recorded at its build; building again" in stdout
+    assert sorted(p.name for p in out.glob("*.whl")) == ["deepspeed-0.16.9-py3-none-any.whl"]
+    digest = hashlib.sha256(b"built").hexdigest()
+    assert (out / "SHA256SUMS").read_text() == f"{digest}  deepspeed-0.16.9-py3-none-any.whl\n"
 
 
 def test_a_failing_build_fails_the_run_and_lets_the_next_one_build(tmp_path):

@@ -61,7 +61,7 @@ class Stray(threading.Thread):
             self.stop.wait(0.05)
 
 
-def run_share(tmp_path, port, *, check=False, server=None):
+def run_share(tmp_path, port, *, check=False, server=None, after_build=None):
     tools = tmp_path / "tools" / "bin"
     tools.mkdir(parents=True)
     shim = tools / "instinct-serve-wheels"
@@ -72,6 +72,12 @@ def run_share(tmp_path, port, *, check=False, server=None):
         folder.mkdir()
     for name, content in WHEELS.items():
         (builder / name).write_bytes(content)
+    # What the build account's build leaves beside its wheels (locked_build.sh): their sha256.
+    (builder / "SHA256SUMS").write_text(
+        "".join(f"{hashlib.sha256(content).hexdigest()}  {name}\n" for name, content in sorted(WHEELS.items()))
+    )
+    if after_build:
+        after_build(builder)
     # Extra vars: the step's playbook reads the roles' defaults as vars files, above the inventory.
     common = {
         "ansible_connection": "local",
@@ -117,6 +123,8 @@ def test_the_peer_gets_every_wheel_while_a_stray_client_asks_for_them(tmp_path):
     assert proc.returncode == 0, out[-4000:]
     for name, content in WHEELS.items():
         assert hashlib.sha256((peer / name).read_bytes()).hexdigest() == hashlib.sha256(content).hexdigest()
+    # The peer keeps the builder's record beside its copy.
+    assert (peer / "SHA256SUMS").read_text() == (tmp_path / "node1" / "SHA256SUMS").read_text()
     # The stray was answered while the server ran, and only with a refusal.
     assert stray.answers and set(stray.answers) == {403}, stray.answers
     flat = " ".join(out.split())
@@ -139,6 +147,32 @@ def test_check_mode_starts_no_server_and_says_what_would_be_fetched(tmp_path):
     flat = " ".join(proc.stdout.split())
     wanted = "deepspeed-0.16.9-py3-none-any.whl, torch-2.13.0-cp311-linux_x86_64.whl"
     assert f"node2: check mode; a real run fetches {wanted}" in flat
+    assert list(peer.iterdir()) == [] and list(home.iterdir()) == []
+
+
+def test_a_wheel_put_beside_the_build_is_never_served_and_a_swapped_one_stops_the_share(tmp_path):
+    """Issue 32: the builder's folder is trusted only as far as the sha256 recorded when its wheels were
+    made. A wheel planted there after the build is not shared; a recorded wheel whose bytes changed
+    stops the share on every node, naming it, before any server starts."""
+    planted = "deepspeed-0.16.9+evil-py3-none-any.whl"
+    proc, _builder, peer, _home = run_share(
+        tmp_path, free_port(), after_build=lambda folder: (folder / planted).write_bytes(b"evil")
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert sorted(p.name for p in peer.glob("*.whl")) == sorted(WHEELS)
+    flat = " ".join(proc.stdout.split())
+    assert "sent deepspeed-0.16.9-py3-none-any.whl" in flat and f"sent {planted}" not in flat
+
+    swapped = tmp_path / "swapped"
+    swapped.mkdir()
+    name = "deepspeed-0.16.9-py3-none-any.whl"
+    proc, _builder, peer, home = run_share(
+        swapped, free_port(), after_build=lambda folder: (folder / name).write_bytes(b"not the build")
+    )
+    assert proc.returncode != 0
+    flat = " ".join(proc.stdout.split())
+    assert f"the builder's {name} has sha256 {hashlib.sha256(b'not the build').hexdigest()}, not the" in flat
+    assert "recorded when it was made: it changed since" in flat
     assert list(peer.iterdir()) == [] and list(home.iterdir()) == []
 
 

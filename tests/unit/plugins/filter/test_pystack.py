@@ -172,14 +172,20 @@ def _found(*files):
     return [{"path": f"/opt/instinct/wheels/deepspeed/0.16.9/cpu/{name}", "checksum": sha} for name, sha in files]
 
 
+def _record(*files):
+    """A SHA256SUMS file as sha256sum writes it when the build ends."""
+    return "".join(f"{sha}  {name}\n" for name, sha in files)
+
+
 def test_wheel_transfers_fetch_only_what_a_peer_lacks_or_holds_with_another_checksum():
     builder = _found(("deepspeed-0.16.9-py3-none-any.whl", "aa" * 32), ("BUILD-INFO.json", "bb" * 32))
+    record = _record(("deepspeed-0.16.9-py3-none-any.whl", "aa" * 32))
     peers = {
         "node2": [],  # a new node: fetches the wheel
         "node3": _found(("deepspeed-0.16.9-py3-none-any.whl", "aa" * 32)),  # has it: fetches nothing
         "node4": _found(("deepspeed-0.16.9-py3-none-any.whl", "cc" * 32)),  # a stale copy: fetches again
     }
-    plan = wheel_transfers(builder, peers, "deepspeed-")
+    plan = wheel_transfers(builder, peers, "deepspeed-", record)
     assert plan["files"] == [{"name": "deepspeed-0.16.9-py3-none-any.whl", "sha256": "aa" * 32}]
     assert plan["fetch"] == {"node2": ["deepspeed-0.16.9-py3-none-any.whl"], "node3": [],
                              "node4": ["deepspeed-0.16.9-py3-none-any.whl"]}  # fmt: skip
@@ -188,14 +194,39 @@ def test_wheel_transfers_fetch_only_what_a_peer_lacks_or_holds_with_another_chec
 
 def test_wheel_transfers_on_a_converged_arch_set_serve_nothing():
     builder = _found(("torch-2.10.0-py3-none-any.whl", "aa" * 32))
-    assert wheel_transfers(builder, {"node2": builder}, "torch-")["transfers"] == 0
-    alone = wheel_transfers(builder, {}, "torch-")  # an arch set of one node
+    record = _record(("torch-2.10.0-py3-none-any.whl", "aa" * 32))
+    assert wheel_transfers(builder, {"node2": builder}, "torch-", record)["transfers"] == 0
+    alone = wheel_transfers(builder, {}, "torch-", record)  # an arch set of one node
     assert alone["fetch"] == {} and alone["transfers"] == 0
 
 
-def test_wheel_transfers_refuse_a_listing_without_checksums():
-    with pytest.raises(AnsibleFilterError, match=r"no sha256 for the builder's torch-2\.10\.0"):
-        wheel_transfers([{"path": "/w/torch-2.10.0-py3-none-any.whl"}], {"node2": []}, "torch-")
+def test_wheel_transfers_share_only_what_was_recorded_when_the_wheels_were_made():
+    """Issue 32: a wheel put into the builder's folder after the build is neither served nor
+    installed (the record is the list), and a recorded wheel swapped since is refused by its sha256."""
+    record = _record(("deepspeed-0.16.9-py3-none-any.whl", "aa" * 32))
+    planted = _found(
+        ("deepspeed-0.16.9-py3-none-any.whl", "aa" * 32), ("deepspeed-0.16.9+evil-py3-none-any.whl", "ee" * 32)
+    )
+    plan = wheel_transfers(planted, {"node2": []}, "deepspeed-", record)
+    assert [f["name"] for f in plan["files"]] == ["deepspeed-0.16.9-py3-none-any.whl"]
+    assert plan["fetch"] == {"node2": ["deepspeed-0.16.9-py3-none-any.whl"]}
+    swapped = _found(("deepspeed-0.16.9-py3-none-any.whl", "ee" * 32))
+    with pytest.raises(
+        AnsibleFilterError, match=r"deepspeed-0\.16\.9-py3-none-any\.whl has sha256 e{64}, not the a{64} recorded"
+    ):
+        wheel_transfers(swapped, {"node2": []}, "deepspeed-", record)
+    with pytest.raises(AnsibleFilterError, match=r"deepspeed-0\.16\.9-py3-none-any\.whl is recorded but missing"):
+        wheel_transfers([], {"node2": []}, "deepspeed-", record)
+
+
+def test_wheel_transfers_refuse_a_builder_without_a_record_or_a_listing_without_checksums():
+    with pytest.raises(AnsibleFilterError, match="no sha256 was recorded"):
+        wheel_transfers(_found(("torch-2.10.0-py3-none-any.whl", "aa" * 32)), {"node2": []}, "torch-")
+    with pytest.raises(AnsibleFilterError, match=r"torch-2\.10\.0-py3-none-any\.whl has sha256 unknown"):
+        wheel_transfers([{"path": "/w/torch-2.10.0-py3-none-any.whl"}], {"node2": []}, "torch-",
+                        _record(("torch-2.10.0-py3-none-any.whl", "aa" * 32)))  # fmt: skip
+    with pytest.raises(AnsibleFilterError, match="line 1 of the sha256 record"):
+        wheel_transfers([], {}, "", "not-a-sum  ../../etc/passwd\n")
 
 
 wheel_serve_plan = FILTERS["wheel_serve_plan"]
