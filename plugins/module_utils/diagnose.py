@@ -414,8 +414,14 @@ def _disk(raw, settings):
 
 def _jobs(raw, now, settings):
     stall = float(settings.get("stall_minutes") or 15) * 60
-    failed, stalled, bad_eval = [], [], []
+    failed, stalled, bad_eval, stage_refused, inputs_refused = [], [], [], [], []
     for job in raw.get("jobs") or []:
+        staging = job.get("staging")
+        if isinstance(staging, dict) and staging.get("status") == "refused":
+            stage_refused.append({"job": job["name"], "problems": staging.get("problems") or []})
+        inputs = job.get("inputs")
+        if isinstance(inputs, dict) and inputs.get("problems"):
+            inputs_refused.append({"job": job["name"], "problems": inputs["problems"]})
         evaluation = job.get("eval")
         if evaluation is not None:
             perplexity = evaluation.get("perplexity") if isinstance(evaluation, dict) else None
@@ -428,7 +434,14 @@ def _jobs(raw, now, settings):
             last = values.get("instinct_finetune_last_step_timestamp_seconds")
             if values.get("instinct_finetune_running") == 1 and last is not None and now - last > stall:
                 stalled.append({"job": job["name"], "rank": rank, "minutes": round((now - last) / 60, 1)})
-    return {"count": len(raw.get("jobs") or []), "failed": failed, "stalled": stalled, "bad_eval": bad_eval}
+    return {
+        "count": len(raw.get("jobs") or []),
+        "failed": failed,
+        "stalled": stalled,
+        "bad_eval": bad_eval,
+        "stage_refused": stage_refused,
+        "inputs_refused": inputs_refused,
+    }
 
 
 def _monitoring(raw):

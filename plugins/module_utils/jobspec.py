@@ -226,6 +226,10 @@ def train_args(job, node):
     if device == "cpu":
         # Without GPUs, torch.distributed needs Gloo: NCCL/RCCL is for GPUs only.
         args["ddp_backend"] = "gloo"
+    if node.get("tokenized_path"):
+        # Tokenized once before launch by instinct-check-inputs (the finetune role's inputs.yml) with
+        # LLaMA-Factory's own pipeline: every rank of every launch loads it instead of tokenizing.
+        args["tokenized_path"] = node["tokenized_path"]
     return _merge(args, job.get("extra_args") or {})
 
 
@@ -487,7 +491,9 @@ def perplexity(eval_loss):
 
 # Training settings that change what is reported, not what is trained: a finished job re-run with
 # only these changed is still the same job.
-NOT_FINGERPRINTED = ("include_num_input_tokens_seen",)
+# The tokenized set's folder is the job's own; what it is made from (the dataset's sha1, the data
+# settings) is fingerprinted already.
+NOT_FINGERPRINTED = ("include_num_input_tokens_seen", "tokenized_path")
 # ddp_timeout decides when a hung rank gives up, not what trains: it is fingerprinted at the value
 # every job had before it became a setting (LLaMA-Factory's), so a finished job keeps its fingerprint
 # whatever finetune_ddp_timeout_minutes says.

@@ -3,7 +3,9 @@ commands run inside a node."""
 
 import importlib.util
 import json
+import os
 import subprocess
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,6 +20,9 @@ SMOKE_TASK = "Start one all-reduce process per GPU (one per node without a GPU) 
 _spec = importlib.util.spec_from_file_location("sandbox", ROOT / "scripts" / "sandbox.py")
 sandbox = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sandbox)
+_spec = importlib.util.spec_from_file_location("standin_hub", ROOT / "tests" / "fixtures" / "hub" / "standin_hub.py")
+standin_hub = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(standin_hub)
 
 # SANDBOX_NODES of them (default 2); the first is the master and the Prometheus server.
 NODES = sandbox.nodes()
@@ -61,5 +66,36 @@ def summary_lines(result):
     return msgs[0].splitlines() if isinstance(msgs[0], str) else msgs[0]
 
 
+def mgmt_address(host):
+    """A node's address on the management network (where wheels are served and the hub is reached)."""
+    return node(host, "sh", "-c", "ip -4 -o addr show | grep 172.29.10.").stdout.split()[3].split("/")[0]
+
+
 def ip_json(host, *argv):
     return json.loads(node(host, "ip", "-j", *argv).stdout)
+
+
+class Hub:
+    """The stand-in hub of tests/fixtures/hub/standin_hub.py, serving the sandbox's tiny model on the
+    sandbox's management gateway, where the nodes reach this machine (the real hub is unreachable)."""
+
+    REPO = "sandbox/tiny-llama"
+    PORT = int(os.environ.get("SANDBOX_HUB_PORT", "8766"))
+    COMMIT = standin_hub.COMMIT
+    # Where the nodes reach it (the sandbox's management gateway) and the folder a node stages it in
+    # (roles/finetune/vars/main.yml, finetune_hub_models_dir).
+    URL = f"http://{os.environ.get('SIM_GATEWAY', '172.29.10.1')}:{PORT}"
+    STAGED = f"/var/lib/instinct-finetune/models/hub/sandbox--tiny-llama--{standin_hub.COMMIT}"
+
+    def __init__(self, process, started):
+        self.process = process
+        self.url, self.commit = started["url"], started["commit"]
+
+    def requests(self):
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through a proxy
+        with opener.open(f"{self.url}/_standin/requests", timeout=10) as answer:
+            return json.load(answer)
+
+    def gets(self, client, name):
+        """The GETs of one repository file, from one client address, in the order they came."""
+        return [r for r in self.requests() if r["method"] == "GET" and r["file"] == name and r["client"] == client]

@@ -1,11 +1,14 @@
 """The sandbox cluster, brought up once per session: site.yml from bare containers with the sandbox
 job (jobs/sandbox-tiny.yml). Every e2e module reads the same converged cluster."""
 
+import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
-from cluster import LF_SETS, NODES, VENV, node, sandbox
+from cluster import LF_SETS, NODES, ROOT, VENV, Hub, node, sandbox
 
 # A developer iterating on the e2e suite may keep the cluster of an earlier run (it then starts from
 # converged nodes, and the check on new nodes is not shown). CI never sets it.
@@ -63,3 +66,18 @@ def converged(site):
     """The cluster after a site.yml that succeeded: tests that read its state need that first."""
     assert site.rc == 0, site.failures
     return site
+
+
+@pytest.fixture(scope="session")
+def hub(site):
+    """Cuts the first GET of the model's weights once, so that the first node to fetch them must
+    resume; serves until the session ends."""
+    assets = os.environ["INSTINCT_SANDBOX_ASSETS"]  # set by the site fixture's cluster_up
+    command = [sys.executable, str(ROOT / "tests" / "fixtures" / "hub" / "standin_hub.py"), "--bind",
+               os.environ.get("SIM_GATEWAY", "172.29.10.1"), "--port", str(Hub.PORT),
+               "--repo", f"{Hub.REPO}={assets}/model", "--cut", "model.safetensors=300000"]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    started = json.loads(process.stdout.readline())
+    yield Hub(process, started)
+    process.terminate()
+    process.wait(timeout=30)

@@ -10,7 +10,9 @@ events and from the nodes themselves.
 Needs Docker and the jammy-systemd image (scripts/test.sh e2e provides both); takes ~15 minutes.
 """
 
+import base64
 import configparser
+import hashlib
 import json
 import math
 import os
@@ -18,6 +20,7 @@ import re
 import shutil
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from cluster import (
@@ -27,8 +30,10 @@ from cluster import (
     ROOT,
     SMOKE_TASK,
     VENV,
+    Hub,
     as_trainer,
     debug_messages,
+    mgmt_address,
     node,
     node_python,
     sandbox,
@@ -85,6 +90,55 @@ def test_the_jobs_checkpoints_were_sized_on_each_node_before_launch(site):
         found = re.search(r"GB for 4 checkpoints and the final weights \((\d+) of (\d+) parameters trained\)", message)
         assert found and 0 < int(found.group(1)) < int(found.group(2)), (host, message)
     assert site.ran("Refuse the job when its checkpoints would not fit on this node") == []
+
+
+TOKENIZED = "Say how the job's dataset was tokenized on this node"
+
+
+def test_the_job_checked_its_inputs_and_tokenized_its_dataset_once_before_launch(site, collected):
+    """Issue 33: before any unit started, each node checked the model and dataset with LLaMA-Factory's
+    own pipeline and tokenized the dataset into the job's tokenized_path; the ranks loaded that set and
+    tokenized nothing themselves."""
+    said = debug_messages(site, TOKENIZED)
+    assert sorted(said) == NODES, said
+    for host, message in said.items():
+        assert f"dataset tiny_instruct written in {JOB_ROOT}/{JOB}/tokenized" in message, (host, message)
+        assert re.search(r"\((\d+) train and (\d+) validation rows, key [0-9a-f]{16}\)", message), message
+        assert node(host, "stat", "-c", "%U", f"{JOB_ROOT}/{JOB}/tokenized").stdout.strip() == "instinct"
+    # The Trainer's rank 0 says where it loaded the set from; no rank ran the tokenizer over the rows.
+    master = since_last_launch((collected / NODES[0] / "train.log").read_text())
+    assert f"Loaded tokenized dataset from {JOB_ROOT}/{JOB}/tokenized." in master, master[-3000:]
+    for host in NODES:
+        assert "Running tokenizer on dataset" not in (collected / host / "train.log").read_text()
+    train = node(NODES[0], "cat", f"/etc/instinct-finetune/jobs/{JOB}/train.yaml").stdout
+    assert f"tokenized_path: {JOB_ROOT}/{JOB}/tokenized" in train
+
+
+def test_a_changed_cutoff_tokenizes_again_and_the_same_inputs_do_not(converged):
+    """Issue 33: the node's own check, run as the finetune role runs it, on a copy of the job's set:
+    the same inputs reuse it; a changed cutoff makes it again and says why."""
+    copy = f"{JOB_ROOT}/{JOB}/tokenized-e2e-copy"
+    as_trainer(NODES[0], "rm", "-rf", copy)
+    as_trainer(NODES[0], "cp", "-a", f"{JOB_ROOT}/{JOB}/tokenized", copy)
+    spec = {"model": node(NODES[0], "sh", "-c", f"grep '^model_name_or_path:' /etc/instinct-finetune/jobs/{JOB}/"
+                                                "train.yaml | cut -d' ' -f2").stdout.strip(),
+            "dataset_dir": f"{JOB_ROOT}/{JOB}/data", "dataset": "tiny_instruct", "template": "default",
+            "cutoff_len": 128, "val_size": 0.1, "seed": 42, "finetuning_type": "lora", "lora_rank": 16,
+            "strategy": "deepspeed_zero3", "offload_optimizer": True, "nodes": 2, "ranks_per_node": 1,
+            "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1, "do_eval": True,
+            "data_args": {"preprocessing_num_workers": 1, "dataloader_num_workers": 0},
+            "tokenized_path": copy}  # fmt: skip
+    results = []
+    for cutoff in (128, 64):
+        encoded = base64.b64encode(json.dumps(dict(spec, cutoff_len=cutoff)).encode()).decode()
+        out = as_trainer(NODES[0], f"{VENV}/bin/instinct-check-inputs", encoded)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        (line,) = [x for x in out.stdout.splitlines() if x.startswith("instinct-check-inputs: ")]
+        results.append(json.loads(line.split(": ", 1)[1]))
+    assert results[0]["tokenized"] == "reused", results[0]
+    assert results[1]["tokenized"] == "written", results[1]
+    assert "data.cutoff_len: 128 -> 64" in results[1]["tokenized_reason"], results[1]
+    as_trainer(NODES[0], "rm", "-rf", copy)
 
 
 def test_both_ranks_trained_with_zero3_offload_in_a_world_of_two_over_the_fabric_nic(collected):
@@ -542,7 +596,7 @@ def trained_steps(host, job):
     return float(found.group(1)) if found else 0
 
 
-def test_a_killed_and_a_frozen_rank_of_a_zero3_job_stop_it_and_reruns_resume(converged, added_task, planted_pth):
+def test_a_killed_and_a_frozen_rank_of_a_zero3_job_stop_it_and_reruns_resume(converged, added_task, planted_pth, hub):
     """One ZeRO-3 full fine-tune through what a long run meets: node2's worker killed after the first
     checkpoint (the play fails naming node2), a resume on node1 alone refused before anything
     changes (its checkpoints were saved at world size 2), and so is a resume with another learning
@@ -553,12 +607,15 @@ def test_a_killed_and_a_frozen_rank_of_a_zero3_job_stop_it_and_reruns_resume(con
         node(host, "systemctl", "stop", f"instinct-finetune-{FAULT_JOB}.service", check=False)
         node(host, "rm", "-rf", f"{JOB_ROOT}/{FAULT_JOB}", f"/var/log/instinct-finetune/{FAULT_JOB}")
     saved = kill_after_the_first_checkpoint()
+    first_fetches = the_hub_model_was_staged_once_per_node_and_trained_offline(hub)
     refuse_a_resume_on_one_node()
     refuse_a_resume_with_another_learning_rate()
     stop_a_resume_whose_rank_froze(saved)
     resume_while_site_yml_runs_again(saved, added_task)
     # finetune.yml's runs, the check and site.yml while the job trained: none ran the venv as root.
     root_never_ran_the_venvs_code(planted_pth)
+    # Every resume reused each node's snapshot: not one more file fetched from the hub (issue 33).
+    assert the_hubs_file_fetches(hub) == first_fetches
 
 
 # Killed after its first checkpoint (step 20), with 40 steps (about 30 s here) still to go. The fault
@@ -568,6 +625,9 @@ def test_a_killed_and_a_frozen_rank_of_a_zero3_job_stop_it_and_reruns_resume(con
 FAULT_SETTINGS = (
     f"-e finetune_job_name={FAULT_JOB} -e finetune_max_steps=60 -e finetune_save_steps=20"
     " -e finetune_finetuning_type=full -e finetune_learning_rate=2.0e-3"
+    # Its model comes from the hub (the stand-in, conftest's hub fixture) at a pinned commit (issue 33).
+    f" -e finetune_model_src= -e finetune_model={Hub.REPO} -e finetune_model_revision={Hub.COMMIT}"
+    f" -e finetune_hf_endpoint={Hub.URL}"
 )
 # A two-minute stall window for the plays that watch it (a start-up on a busy machine stays well
 # inside it). Not for site.yml: the monitoring stage's stall alert follows the same setting.
@@ -576,6 +636,46 @@ FAULT = f"{FAULT_SETTINGS} -e finetune_stall_minutes={STALL_MINUTES}"
 # The watching plays' round (run_in_thread's finetune_progress_interval).
 ROUND_SECONDS = 5
 WORKER = "python[0-9.]* -u -m instinct_node_tools.launch"  # torchrun's worker of the node tools' launcher
+
+
+def the_hubs_file_fetches(hub):
+    """How many GETs of each repository file the hub answered, per client address."""
+    fetches = {}
+    for request in hub.requests():
+        if request["method"] == "GET" and request["file"]:
+            key = f"{request['client']} {request['file']}"
+            fetches[key] = fetches.get(key, 0) + 1
+    return fetches
+
+
+def the_hub_model_was_staged_once_per_node_and_trained_offline(hub):
+    """Issue 33: each node staged the pinned commit from the hub before its rank started, each file
+    once (the weights' first GET, cut by the hub, resumed by a second), checked against the hub's
+    sha256; the job loaded that folder with the hub switched off (HF_HUB_OFFLINE=1)."""
+    assets = Path(os.environ["INSTINCT_SANDBOX_ASSETS"]) / "model"
+    addresses = {host: mgmt_address(host) for host in NODES}
+    for host in NODES:
+        for name in ("config.json", "tokenizer.json", "model.safetensors"):
+            staged = node(host, "sha256sum", f"{Hub.STAGED}/{name}").stdout.split()[0]
+            assert staged == hashlib.sha256((assets / name).read_bytes()).hexdigest(), (host, name)
+        record = json.loads(node(host, "cat", f"{Hub.STAGED}/.instinct-snapshot.json").stdout)
+        assert record["revision"] == Hub.COMMIT and record["complete"], record
+        assert node(host, "stat", "-c", "%U", Hub.STAGED).stdout.strip() == "instinct"
+        env = node(host, "cat", f"/etc/instinct-finetune/jobs/{FAULT_JOB}/launch.env").stdout
+        assert "HF_HUB_OFFLINE=1" in env.splitlines()
+        train = node(host, "cat", f"/etc/instinct-finetune/jobs/{FAULT_JOB}/train.yaml").stdout
+        assert f"model_name_or_path: {Hub.STAGED}" in train
+        assert node(host, "test", "-e", f"{JOB_ROOT}/{FAULT_JOB}/.hub-token", check=False).returncode != 0
+    fetches = the_hubs_file_fetches(hub)
+    weights = {host: hub.gets(addresses[host], "model.safetensors") for host in NODES}
+    # The hub cut the first GET of the weights; that node's second GET finished the file.
+    cut = [host for host in NODES if len(weights[host]) == 2]
+    assert len(cut) == 1 and all(len(weights[h]) == 1 for h in NODES if h not in cut), weights
+    for host in NODES:
+        assert weights[host][-1]["status"] in (200, 206), weights[host]
+        for name in ("config.json", "tokenizer.json"):
+            assert fetches.get(f"{addresses[host]} {name}") == 1, fetches
+    return fetches
 
 
 def kill_after_the_first_checkpoint():

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cluster import LF_SETS, NODES, VENV, as_trainer, node, served_lines
+from cluster import LF_SETS, NODES, VENV, as_trainer, mgmt_address, node, served_lines
 
 PY = f"{VENV}/bin/python"
 WHEEL_DIR = "/srv/wheels"  # the stand-in for PyTorch's CPU index (scripts/sandbox.py), read-only
@@ -174,7 +174,7 @@ def test_the_other_nodes_fetched_the_wheel_from_the_builder_and_the_controller_n
     assert converged.ran("Fetch the wheels from the arch set's builder and check their sha256") == sorted(peers)
     served = served_lines(converged, builder)
     for peer in peers:
-        to_peer = f" to {mgmt(peer)} "
+        to_peer = f" to {mgmt_address(peer)} "
         sent = [line for line in served if line.startswith(f"sent {Path(wheel).name} (") and to_peer in line]
         assert len(sent) == 1, served
     # No wheel a node builds or downloads (DeepSpeed's, LLaMA-Factory's dependency set) appeared on the
@@ -195,11 +195,6 @@ def test_the_other_nodes_fetched_the_wheel_from_the_builder_and_the_controller_n
         if (digest := hashlib.sha256(path.read_bytes()).hexdigest()) in node_wheels
     }
     assert held == {}, held
-
-
-def mgmt(host):
-    """A node's address on the management network (where wheels are served)."""
-    return node(host, "sh", "-c", "ip -4 -o addr show | grep 172.29.10.").stdout.split()[3].split("/")[0]
 
 
 def test_llama_factorys_dependency_set_was_fetched_once_and_served_node_to_node(converged):
@@ -226,8 +221,9 @@ def test_llama_factorys_dependency_set_was_fetched_once_and_served_node_to_node(
     for peer in peers:
         assert node(peer, "sh", "-c", f"cd {folder} && sha256sum *.whl").stdout == listing
         assert node(peer, "cat", f"{folder}/SHA256SUMS").stdout == record
+        to_peer = f" to {mgmt_address(peer)} "
         for wheel in wheels:
-            assert [line for line in served if line.startswith(f"sent {wheel} (") and f" to {mgmt(peer)} " in line]
+            assert [line for line in served if line.startswith(f"sent {wheel} (") and to_peer in line]
     # Every node installed the removed dependencies again, at the version of the set's wheel (the
     # install step runs with --no-index: the copy was all it could install from).
     (fire,) = [w for w in wheels if w.startswith("fire-")]

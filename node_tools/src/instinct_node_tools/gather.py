@@ -343,6 +343,17 @@ def section_disk(settings):
     return {"paths": paths, "no_space_errors": log_findings(settings, NO_SPACE, 2)}
 
 
+def last_result(path, mark):
+    """The last result line (``MARK{json}``) a node tool wrote to a log, or None."""
+    for line in reversed((read(path) or "").splitlines()):
+        if line.startswith(mark + "{"):
+            try:
+                return json.loads(line[len(mark) :])
+            except ValueError:
+                return {"unreadable": line[:200]}
+    return None
+
+
 def section_jobs(settings):
     jobs = []
     for folder in sorted(glob.glob(os.path.join(settings["jobs_root"], "*"))):
@@ -369,6 +380,10 @@ def section_jobs(settings):
                 "exit_record": (read(os.path.join(folder, "exit-status")) or "").strip() or None,
                 "ranks": ranks,
                 "eval": evaluation,
+                # The last result of staging its hub model and of checking its inputs (the finetune
+                # role's model.yml and inputs.yml log them there).
+                "staging": last_result(os.path.join(folder, "stage-model.log"), "instinct-stage-model: "),
+                "inputs": last_result(os.path.join(folder, "check-inputs.log"), "instinct-check-inputs: "),
             }
         )
     return {"jobs": jobs}

@@ -11,7 +11,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils.node_tools impor
 
 ROOT = Path(__file__).resolve().parents[3]
 NODE_TOOLS = ROOT / "node_tools"
-LINKED = ("_probe.py", "rocm_smi.py", "gpu_metrics.py")
+LINKED = ("_probe.py", "rocm_smi.py", "gpu_metrics.py", "ckptspace.py")
 
 
 def entry_points():
@@ -50,7 +50,7 @@ def test_pip_installs_every_console_script_and_each_one_imports(node_tools, whee
     ).stdout.strip()  # fmt: skip
     assert version == wheel[1]
     scripts = entry_points()
-    assert len(scripts) == 12
+    assert len(scripts) == 14
     for name, target in scripts.items():
         script = node_tools.script(name).read_text()
         module, _colon, function = target.partition(":")

@@ -324,6 +324,29 @@ def test_jobs_failed_hung_or_without_a_finite_perplexity():
     assert runbooks(healthy_raw(jobs=bad))[0] == ["finetune-job.md"]
 
 
+def test_a_hub_model_that_could_not_be_staged_names_its_page_and_problem():
+    problem = "https://hub.example has no revision 1111 in org/model (404 RevisionNotFound ...)"
+    refused = {"jobs": [{"name": "d", "unit_state": None, "exit_record": None, "ranks": {},
+                         "staging": {"status": "refused", "problems": [problem]}}]}  # fmt: skip
+    found, facts, details = runbooks(healthy_raw(jobs=refused))
+    assert found == ["hub-model.md"]
+    assert facts["jobs"]["stage_refused"] == [{"job": "d", "problems": [problem]}]
+    assert problem in json.dumps(details)
+    staged = {"jobs": [dict(refused["jobs"][0], staging={"status": "reused"})]}
+    assert runbooks(healthy_raw(jobs=staged))[0] == []
+
+
+def test_a_job_whose_inputs_were_refused_names_its_page_and_problem():
+    problem = "dataset: /d/a.jsonl line 5000 of 10000 is not valid JSON: ... See docs/runbooks/job-inputs.md"
+    refused = {"jobs": [{"name": "e", "unit_state": None, "exit_record": None, "ranks": {},
+                         "inputs": {"problems": [problem], "tokenized": None}}]}  # fmt: skip
+    found, facts, details = runbooks(healthy_raw(jobs=refused))
+    assert found == ["job-inputs.md"] and problem in json.dumps(details)
+    assert facts["jobs"]["inputs_refused"] == [{"job": "e", "problems": [problem]}]
+    passed = {"jobs": [dict(refused["jobs"][0], inputs={"problems": [], "tokenized": "reused"})]}
+    assert runbooks(healthy_raw(jobs=passed))[0] == []
+
+
 def test_monitoring_and_memory_and_repositories():
     monitoring = {
         "textfile": "instinct_gpu_collector_up 0\ninstinct_gpu_collector_stale 1\n",
