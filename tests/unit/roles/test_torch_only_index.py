@@ -19,21 +19,9 @@ import venv
 import zipfile
 from pathlib import Path
 
-from tests.unit.conftest import COLLECTIONS, ROOT
+from tests.unit.conftest import COLLECTIONS, ROOT, role_step_playbook
 
-PLAYBOOK = f"""\
-- name: Run the pytorch role's wheel step
-  hosts: all
-  gather_facts: false
-  vars_files:
-    - {ROOT}/roles/common/defaults/main.yml
-    - {ROOT}/roles/common/vars/main.yml
-    - {ROOT}/roles/pytorch/defaults/main.yml
-    - {ROOT}/roles/pytorch/vars/main.yml
-  tasks:
-    - name: Run the step
-      ansible.builtin.include_tasks: {ROOT}/roles/pytorch/tasks/wheel.yml
-"""
+PLAYBOOK = role_step_playbook("pytorch", "wheel.yml", "Install the PyTorch family")
 
 
 def wheel(folder, name, version, requires=()):
