@@ -50,7 +50,7 @@ def test_pip_installs_every_console_script_and_each_one_imports(node_tools, whee
     ).stdout.strip()  # fmt: skip
     assert version == wheel[1]
     scripts = entry_points()
-    assert len(scripts) == 14
+    assert len(scripts) == 15
     for name, target in scripts.items():
         script = node_tools.script(name).read_text()
         module, _colon, function = target.partition(":")
