@@ -79,10 +79,10 @@ def _decode_block(lines):
     elif lines and ": " in lines[0]:
         raise ValueError("the armor headers of a key block are not followed by an empty line")
     body = [line for line in lines if line and not line.startswith("=")]
-    checksums = [line[1:] for line in lines if line.startswith("=")]
+    crc_lines = [line[1:] for line in lines if line.startswith("=")]
     try:
         data = base64.b64decode("".join(body), validate=True)
-        checksum = base64.b64decode(checksums[0], validate=True) if checksums else None
+        checksum = base64.b64decode(crc_lines[0], validate=True) if crc_lines else None
     except (binascii.Error, ValueError):
         raise ValueError("the key block is not valid base64") from None
     if checksum is not None and int.from_bytes(checksum, "big") != _crc24(data):
