@@ -80,7 +80,7 @@ class Hub:
     sandbox's management gateway, where the nodes reach this machine (the real hub is unreachable)."""
 
     REPO = "sandbox/tiny-llama"
-    PORT = int(os.environ.get("SANDBOX_HUB_PORT", "8766"))
+    PORT = int(os.environ.get("SANDBOX_HUB_PORT", "8769"))  # free of the molecule repositories (8764-8768)
     COMMIT = standin_hub.COMMIT
     # Where the nodes reach it (the sandbox's management gateway) and the folder a node stages it in
     # (roles/finetune/vars/main.yml, finetune_hub_models_dir).
