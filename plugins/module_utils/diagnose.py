@@ -414,8 +414,11 @@ def _disk(raw, settings):
 
 def _jobs(raw, now, settings):
     stall = float(settings.get("stall_minutes") or 15) * 60
-    failed, stalled, bad_eval, stage_refused, inputs_refused = [], [], [], [], []
+    failed, stalled, bad_eval, stage_refused, inputs_refused, unstable = [], [], [], [], [], []
     for job in raw.get("jobs") or []:
+        stability = job.get("stability")
+        if isinstance(stability, dict) and stability.get("verdict") == "fail":
+            unstable.append({"job": job["name"], "failed": stability.get("failed") or []})
         staging = job.get("staging")
         if isinstance(staging, dict) and staging.get("status") == "refused":
             stage_refused.append({"job": job["name"], "problems": staging.get("problems") or []})
@@ -441,6 +444,7 @@ def _jobs(raw, now, settings):
         "bad_eval": bad_eval,
         "stage_refused": stage_refused,
         "inputs_refused": inputs_refused,
+        "unstable": unstable,
     }
 
 

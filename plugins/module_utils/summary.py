@@ -84,6 +84,7 @@ COLUMNS = (
     ("perplexity", _evaluated("perplexity")),
     ("base ppl", _evaluated("base_perplexity")),
     ("vs base", _improvement),
+    ("stability", lambda v: v.get("stability_verdict")),
 )
 
 

@@ -311,6 +311,32 @@ def test_the_adapter_and_a_perplexity_below_the_base_models_are_collected(conver
     assert len([line for line in summary if line.startswith("instinct-sandbox-node")]) == 2
 
 
+def test_the_jobs_stability_report_judged_every_gpu_and_rank_with_plots_and_a_passing_verdict(collected, converged):
+    """Issue 34: after the job, its master read the job's window from the sandbox's Prometheus and judged
+    it: both nodes' 8 GPUs (the recorded rocm-smi values: steady, far from their limits), both ranks;
+    report.md with the verdict table, report.json, one plot per node and metric in the collect folder,
+    and the summary's stability column."""
+    folder = collected / "stability"
+    report = json.loads((folder / "report.json").read_text())
+    assert report["verdict"] in ("pass", "warn"), [v for v in report["verdicts"] if v["verdict"] == "fail"]
+    judged = {(v["check"], v["node"]) for v in report["verdicts"]}
+    for host in NODES:
+        for check in ("temperature_junction", "gpu_drop", "vram_leak"):
+            assert (check, host) in judged, (check, host, sorted(judged))
+    gpus = {(v["node"], v["gpu"]) for v in report["verdicts"] if v["check"] == "vram_leak"}
+    assert len(gpus) == 16, sorted(gpus)
+    table = (folder / "report.md").read_text()
+    assert "| node | GPU | check | value | threshold | verdict | detail |" in table
+    plots = sorted(p.name for p in (folder / "plots").glob("*.png"))
+    assert any(NODES[0] in name for name in plots) and any(NODES[1] in name for name in plots), plots
+    assert all((folder / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in plots)
+    summary = summary_lines(converged)
+    assert "stability" in summary[0]
+    for host in NODES:
+        row = next(line for line in summary if line.startswith(host))
+        assert [cell.strip() for cell in row.split("|")][-1] == report["verdict"], row
+
+
 def test_the_summary_warns_of_each_mi300x_host_setting_the_simulated_nodes_lack(converged):
     """preflight_apply_tuning is left false in the sandbox and its simulated MI300X nodes lack AMD's
     host tuning (their kernel command line is the Docker host's): each missing setting is a warning

@@ -154,13 +154,13 @@ SOURCES = "\n".join(
 )
 # File names the sources build from variables or globs (build-{{ name }}-{{ version }}-{{ key }}.log,
 # rank*.prom), as patterns: any part a variable or a star stands for matches anything. A bare "*.json"
-# (a download's file patterns) names no file of the collection's own.
+# (a download's file patterns) or "{name}.json" (one file per name) names no file of its own.
 NAME_PATTERNS = [
     re.compile("".join(".*" if part.startswith(("{{", "{", "*")) else re.escape(part) for part in parts))
     for parts in (
         re.split(r"(\{\{.*?\}\}|\{\w*\}|\*)", name)
         for name in re.findall(r"[\w.-]*(?:(?:\{\{[^}]*\}\}|\{\w*\}|\*)[\w.-]*)+\.[a-z]{2,5}\b", SOURCES)
-        if not re.fullmatch(r"\*\.[a-z]{2,5}", name)
+        if not re.fullmatch(r"(\*|\{\{[^}]*\}\}|\{\w*\})\.[a-z]{2,5}", name)
     )
 ]
 

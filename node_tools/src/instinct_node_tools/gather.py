@@ -354,6 +354,19 @@ def last_result(path, mark):
     return None
 
 
+def stability_verdict(path):
+    """The verdict of the job's last stability report (the stability role's report.json), or None."""
+    text = read(path)
+    if text is None:
+        return None
+    try:
+        report = json.loads(text)
+    except ValueError:
+        return {"verdict": "unreadable"}
+    failed = [f"{v.get('check')}@{v.get('node')}" for v in report.get("verdicts") or [] if v.get("verdict") == "fail"]
+    return {"verdict": report.get("verdict"), "failed": failed}
+
+
 def section_jobs(settings):
     jobs = []
     for folder in sorted(glob.glob(os.path.join(settings["jobs_root"], "*"))):
@@ -384,6 +397,7 @@ def section_jobs(settings):
                 # role's model.yml and inputs.yml log them there).
                 "staging": last_result(os.path.join(folder, "stage-model.log"), "instinct-stage-model: "),
                 "inputs": last_result(os.path.join(folder, "check-inputs.log"), "instinct-check-inputs: "),
+                "stability": stability_verdict(os.path.join(folder, "stability", "report.json")),
             }
         )
     return {"jobs": jobs}

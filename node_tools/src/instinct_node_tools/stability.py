@@ -231,7 +231,10 @@ def choose_step(start, end, scrape_interval=DEFAULT_SCRAPE_INTERVAL, max_points=
 
 
 def parse_time(text):
-    """Unix seconds from a number or an RFC 3339 time (as Prometheus accepts both)."""
+    """Unix seconds from a number or an RFC 3339 time (as Prometheus accepts both), or ``now`` (a
+    running job's window ends when the report is made)."""
+    if str(text).strip().lower() == "now":
+        return time.time()
     try:
         return float(text)
     except ValueError:

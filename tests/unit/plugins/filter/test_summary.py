@@ -3,6 +3,8 @@ from ansible_collections.instinct.finetune.plugins.filter.summary import node_su
 HOSTVARS = {
     "mi300x-01": {
         "ansible_facts": {"distribution": "Ubuntu", "distribution_version": "22.04"},
+        # The stability role's verdict of the job's window (issue 34).
+        "stability_verdict": "pass",
         "rocm_release_info": {"version": "7.0.2"},
         "rocm_gfx_archs": ["gfx942"],
         "rocm_gpu_count": 8,
@@ -66,20 +68,21 @@ def test_one_aligned_row_per_node_with_dashes_for_stages_that_did_not_run():
     lines = node_summary(HOSTVARS, ["mi300x-01", "mi300x-02", "cpu-01"])
     assert [cell.strip() for cell in lines[0].split(" | ")] == [
         "node", "OS", "ROCm", "gfx", "GPUs", "PCI GPUs", "host tuning", "torch", "DeepSpeed", "LLaMA-Factory",
-        "fabric NIC", "GPU metrics", "job", "strategy", "perplexity", "base ppl", "vs base",
+        "fabric NIC", "GPU metrics", "job", "strategy", "perplexity", "base ppl", "vs base", "stability",
     ]  # fmt: skip
     assert set(lines[1]) <= {"-", "+"}
     assert [cell.strip() for cell in lines[2].split("|")] == [
         "mi300x-01", "Ubuntu 22.04", "7.0.2", "gfx942", "8", "8", "ok", "2.10.0+rocm7.0", "0.16.9 (2 ops)", "0.9.5",
         "ens50f0 10.10.0.11", "amd-smi 8/8", "llama3-lora succeeded 120/120", "deepspeed_zero3 lora", "5.432",
-        "9.100", "+40.3%",
+        "9.100", "+40.3%", "pass",
     ]  # fmt: skip
     assert [cell.strip() for cell in lines[3].split("|")] == (
-        ["mi300x-02", "Ubuntu 22.04", "-", "-", "-", "8", "4 missing"] + ["-"] * 10
+        ["mi300x-02", "Ubuntu 22.04", "-", "-", "-", "8", "4 missing"] + ["-"] * 11
     )
     assert [cell.strip() for cell in lines[4].split("|")][5:] == [
         "0", "-",
         "2.13.0+cpu", "0.16.9 (1 ops)", "0.9.5 (no torchvision/torchaudio)", "-", "stale", "-", "-", "-", "-", "-",
+        "-",
     ]  # fmt: skip
     bars = [i for i, c in enumerate(lines[0]) if c == "|"]
     assert bars == [i for i, c in enumerate(lines[1]) if c == "+"]

@@ -811,3 +811,13 @@ def test_a_node_whose_run_lock_a_run_holds_names_the_run_lock_page_as_a_warning(
         assert finding["severity"] == "warning"
         assert finding["detail"].startswith("ana@ctl (ansible-playbook pid 4242, site.yml), since ")
         assert "15 min ago; last renewed 30 s ago" in finding["detail"]
+
+
+def test_a_job_whose_stability_report_failed_names_its_page_and_the_failing_checks():
+    report = {"verdict": "fail", "failed": ["gpu_drop@node2", "vram_leak@node1"]}
+    jobs = {"jobs": [{"name": "f", "unit_state": None, "exit_record": None, "ranks": {}, "stability": report}]}
+    found, facts, details = runbooks(healthy_raw(jobs=jobs))
+    assert found == ["stability.md"] and "gpu_drop@node2" in json.dumps(details)
+    assert facts["jobs"]["unstable"] == [{"job": "f", "failed": ["gpu_drop@node2", "vram_leak@node1"]}]
+    passed = {"jobs": [dict(jobs["jobs"][0], stability={"verdict": "warn", "failed": []})]}
+    assert runbooks(healthy_raw(jobs=passed))[0] == []

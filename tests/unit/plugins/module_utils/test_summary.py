@@ -20,12 +20,12 @@ def test_a_markdown_table_with_a_title_one_row_per_node_and_what_a_dash_means():
     lines = text.splitlines()
     assert lines[0] == "# Node summary" and lines[1] == ""
     rows = table_rows(text)
-    assert rows[0][:4] == ["node", "OS", "ROCm", "gfx"] and rows[0][-1] == "vs base"
+    assert rows[0][:4] == ["node", "OS", "ROCm", "gfx"] and rows[0][-1] == "stability"
     assert all(set(cell) == {"-"} and len(cell) >= 3 for cell in rows[1])
     assert [row[0] for row in rows[2:]] == ["mi300x-01", "mi300x-02", "cpu-01"]
-    assert rows[2][12:] == ["llama3-lora succeeded 120/120", "deepspeed_zero3 lora", "5.432", "9.100", "+40.3%"]
-    assert rows[3][1:] == ["Ubuntu 22.04", "-", "-", "-", "8", "4 missing"] + ["-"] * 10
-    assert all(len(row) == 17 for row in rows)
+    assert rows[2][12:] == ["llama3-lora succeeded 120/120", "deepspeed_zero3 lora", "5.432", "9.100", "+40.3%", "pass"]
+    assert rows[3][1:] == ["Ubuntu 22.04", "-", "-", "-", "8", "4 missing"] + ["-"] * 11
+    assert all(len(row) == 18 for row in rows)
     assert "`-`: the stage did not run on that node" in text
     assert text.endswith("\n")
 
