@@ -799,3 +799,53 @@ def test_saved_responses_load_back_as_recorded_fixtures_will(tmp_path, capsys, m
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     # No training series: the nodes are every node of the scrape job.
     assert report["nodes"] == ["node1"]
+
+
+# Real answers of the sandbox's Prometheus for the sandbox job's window (tests/fixtures/prometheus/SOURCES.md).
+RECORDED = ROOT / "tests" / "fixtures" / "prometheus" / "sandbox-tiny"
+RECORDED_WINDOW = stability.Window(1796627559.0, 1796627663.0, 15.0)
+SANDBOX_NODES = ("instinct-sandbox-node1", "instinct-sandbox-node2")
+
+
+def test_every_verdict_runs_on_the_sandboxs_recorded_answers_and_judges_every_gpu_and_rank():
+    """The recorded range-query answers, parsed as the tool parses a live Prometheus's: both nodes' 8
+    GPUs are judged on every GPU check, both ranks on the training checks, and the steady recorded GPU
+    values pass (the one warning is the 15 s sampling of a 40-step job: a rank a few steps behind)."""
+    data = stability.parse_responses(stability.load_responses(str(RECORDED)))
+    verdicts = stability.evaluate(data, RECORDED_WINDOW, stability.thresholds(), SANDBOX_NODES, expected_gpus=8)
+    checks = {v["check"] for v in verdicts}
+    every = ("gpu_drop", "exporter_gap", "temperature_junction", "power_over_limit", "power_throttle", "vram_leak",
+             "vram_spike", "training_loss", "training_throughput", "straggler", "eval_loss")  # fmt: skip
+    assert set(every) <= checks, sorted(set(every) - checks)
+    for check in ("temperature_junction", "power_throttle", "vram_leak"):
+        gpus = {(v["node"], v["gpu"]) for v in verdicts if v["check"] == check}
+        assert gpus == {(node, str(gpu)) for node in SANDBOX_NODES for gpu in range(8)}, (check, sorted(gpus))
+    drops = {v["node"]: v["verdict"] for v in verdicts if v["check"] == "gpu_drop"}
+    assert drops == dict.fromkeys(SANDBOX_NODES, "pass")
+    peaks = {(v["node"], v["gpu"]): v["value"] for v in verdicts if v["check"] == "temperature_junction"}
+    # tests/fixtures/smi/rocmsmi-concise-8gpu.txt's junction temperatures, on both nodes.
+    assert [peaks[(SANDBOX_NODES[0], str(gpu))] for gpu in range(8)] == [43, 41, 45, 41, 44, 42, 45, 43]
+    assert {v["verdict"] for v in verdicts if v["check"] != "straggler"} == {"pass"}
+    assert stability.worst(verdicts) in ("pass", "warn")
+
+
+def test_the_recorded_answers_with_one_gpu_gone_mid_job_fail_naming_the_node_and_gpu():
+    """The same real answers, with GPU 7 of node2 taken out of every per-GPU series and the node's
+    count lowered to 7 from the middle of the window on: the drop fails, naming node2 and GPU 7."""
+    responses = stability.load_responses(str(RECORDED))
+    middle = (RECORDED_WINDOW.start + RECORDED_WINDOW.end) / 2
+    for name, doc in responses.items():
+        for series in doc["data"]["result"]:
+            labels = series["metric"]
+            if labels.get("instance") != SANDBOX_NODES[1]:
+                continue
+            if name == "instinct_gpu_count":
+                series["values"] = [[t, "7" if float(t) >= middle else v] for t, v in series["values"]]
+            elif labels.get("gpu") == "7":
+                series["values"] = [[t, v] for t, v in series["values"] if float(t) < middle]
+    data = stability.parse_responses(responses)
+    verdicts = stability.evaluate(data, RECORDED_WINDOW, stability.thresholds(), SANDBOX_NODES, expected_gpus=8)
+    (drop,) = [v for v in verdicts if v["check"] == "gpu_drop" and v["node"] == SANDBOX_NODES[1]]
+    assert drop["verdict"] == "fail", drop
+    assert "7" in drop["detail"], drop["detail"]
+    assert [v["verdict"] for v in verdicts if v["check"] == "gpu_drop" and v["node"] == SANDBOX_NODES[0]] == ["pass"]
