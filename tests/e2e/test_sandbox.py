@@ -836,6 +836,10 @@ def resume_while_site_yml_runs_again(saved, added_task):
     job, watches it to its end and evaluates it."""
     launched = sandbox.run_playbook("finetune.yml", cmdline=sandbox.site_cmdline(f"{FAULT} -e finetune_wait=false"))
     assert launched.rc == 0, launched.failures
+    # Issue 33: the resume checked the job's inputs again and reused the set its first launch tokenized.
+    tokenized = debug_messages(launched, TOKENIZED)
+    assert sorted(tokenized) == NODES, tokenized
+    assert all(f"tiny_instruct reused in {JOB_ROOT}/{FAULT_JOB}/tokenized" in m for m in tokenized.values()), tokenized
     wait_for_a_new_step(None, saved)
     node(NODES[1], "pkill", "-STOP", "-f", WORKER)
     before = {host: launches(host, FAULT_JOB) for host in NODES}
