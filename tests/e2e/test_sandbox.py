@@ -825,6 +825,26 @@ def stop_a_resume_whose_rank_froze(saved):
     assert training_processes(NODES[0]) == [] and training_processes(NODES[1]) == []
 
 
+def the_resume_reused_the_tokenized_set(launched):
+    """Issue 33: the resume checked the job's inputs again and reused the set its first launch tokenized."""
+    tokenized = debug_messages(launched, TOKENIZED)
+    assert sorted(tokenized) == NODES, tokenized
+    assert all(f"tiny_instruct reused in {JOB_ROOT}/{FAULT_JOB}/tokenized" in m for m in tokenized.values()), tokenized
+
+
+def only_the_jobs_end_changed_something(during):
+    """Nothing changed before the job ended: the only changes are what its end brings, the finished job's
+    files collected on the controller, its evaluation and its stability report (issue 34), made on the
+    master over the job's whole window: the kill and the freeze show as warnings at most."""
+    changed = {(t["role"], t["task"]) for t in during.tasks if t["changed"]}
+    assert changed, "the finished job was neither collected nor evaluated"
+    after_the_end = ("evaluate", "stability")
+    assert all((role or "").endswith(after_the_end) or task.startswith("Collect ") for role, task in changed), changed
+    assert during.ran("Judge the window and draw the plots") == [NODES[0]]
+    report = json.loads((sandbox.collect_dir() / FAULT_JOB / "stability" / "report.json").read_text())
+    assert report["verdict"] in ("pass", "warn"), [v for v in report["verdicts"] if v["verdict"] == "fail"]
+
+
 def resume_while_site_yml_runs_again(saved, added_task):
     """The last resume is launched without waiting; finetune.yml of another job while it runs is
     refused, naming it; site.yml --check --diff while it runs predicts no
@@ -836,10 +856,7 @@ def resume_while_site_yml_runs_again(saved, added_task):
     job, watches it to its end and evaluates it."""
     launched = sandbox.run_playbook("finetune.yml", cmdline=sandbox.site_cmdline(f"{FAULT} -e finetune_wait=false"))
     assert launched.rc == 0, launched.failures
-    # Issue 33: the resume checked the job's inputs again and reused the set its first launch tokenized.
-    tokenized = debug_messages(launched, TOKENIZED)
-    assert sorted(tokenized) == NODES, tokenized
-    assert all(f"tiny_instruct reused in {JOB_ROOT}/{FAULT_JOB}/tokenized" in m for m in tokenized.values()), tokenized
+    the_resume_reused_the_tokenized_set(launched)
     wait_for_a_new_step(None, saved)
     node(NODES[1], "pkill", "-STOP", "-f", WORKER)
     before = {host: launches(host, FAULT_JOB) for host in NODES}
@@ -882,11 +899,7 @@ def resume_while_site_yml_runs_again(saved, added_task):
     assert during.ran(SMOKE_TASK) == []
     assert during.ran("Start every rank at once (torchrun waits at the master for the others)") == []
     assert {host: launches(host, FAULT_JOB) for host in NODES} == before  # no unit was restarted
-    # Nothing changed before the job ended: the only changes are what its end brings, the finished
-    # job's files collected on the controller and its evaluation.
-    changed = {(t["role"], t["task"]) for t in during.tasks if t["changed"]}
-    assert changed, "the finished job was neither collected nor evaluated"
-    assert all((role or "").endswith("evaluate") or task.startswith("Collect ") for role, task in changed), changed
+    only_the_jobs_end_changed_something(during)
     log = since_last_launch(node(NODES[0], "cat", f"/var/log/instinct-finetune/{FAULT_JOB}/train.log").stdout)
     # The launch marker names the common checkpoint; the Trainer says it restored that step.
     marker = re.search(r"resume_from_checkpoint=\S*/checkpoint-(\d+) ====", log)
