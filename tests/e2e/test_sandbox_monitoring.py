@@ -227,7 +227,9 @@ def test_every_dashboard_panel_query_returns_series_from_the_sandboxs_prometheus
     collector and the progress writer export."""
     variables = json.loads(DASHBOARD.read_text())["templating"]["list"]
     for variable in variables:
-        found = re.fullmatch(r"label_values\((\w+), (\w+)\)", str((variable.get("query") or {}).get("query", "")))
+        query = variable.get("query")
+        query = query.get("query", "") if isinstance(query, dict) else query  # the datasource's is a string
+        found = re.fullmatch(r"label_values\((\w+), (\w+)\)", str(query or ""))
         if found:
             metric, label = found.groups()
             values = api(f"label/{label}/values", **{"match[]": metric})

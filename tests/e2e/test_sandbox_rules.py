@@ -98,7 +98,7 @@ def left_out(preflight_fails, tmp_path_factory):
     result = run(
         "-e", "instinct_exclude_failed_nodes=true", "-e", f"finetune_job_name={LEFT_OUT_JOB}",
         "-e", f"finetune_model_src={other}",
-        "-e", "finetune_max_steps=10", "--skip-tags", "provision,stack,fabric,monitoring,evaluate",
+        "-e", "finetune_max_steps=10", "--skip-tags", "provision,stack,fabric,monitoring,evaluate,stability",
         # The suite's plain DDP job (full fine-tuning, at the fault job's learning rate).
         "-e", "finetune_strategy=ddp", "-e", "finetune_finetuning_type=full", "-e", "finetune_learning_rate=2.0e-3",
     )  # fmt: skip
