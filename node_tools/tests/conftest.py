@@ -1,11 +1,12 @@
 """The node tools package's own tests: the wheel built as the node_tools action builds it, installed
 with pip into throwaway venvs, and its console scripts run from there as a node runs them.
 
-Two installs of one wheel, both made once per test session:
+Three installs of one wheel, each made once per test session:
 
 - ``node_tools``: a venv of the controller's Python holding the wheel and its one dependency,
   prometheus_client (the .venv's own copy, linked in: the tests run offline), and nothing else: no
-  torch, as on a node's system Python (collector, progress, reachability, wheel share, gather).
+  torch, as on a node's system Python (collector, progress, reachability, gather).
+- ``wheel_index``: the same with pypiserver, as a builder's package index venv (wheel share).
 - ``train_tools``: a venv of ``$INSTINCT_TRAIN_PYTHON`` (scripts/ensure-train-libs.sh: the roles'
   pinned torch, DeepSpeed, transformers, LLaMA-Factory) that sees that venv's packages through a
   ``.pth`` file and has the wheel installed on top: the training venv of a node (job and weights
@@ -72,9 +73,10 @@ def _link_distribution(name, site):
             (site / top).symlink_to(source)
 
 
-def _install(venv, base_python, wheel, overlay=None):
+def _install(venv, base_python, wheel, overlay=None, linked=()):
     """A venv of ``base_python`` (``overlay``: a site folder it also sees), the wheel installed into
-    it by pip with ``--no-deps``, prometheus_client linked in from this Python."""
+    it by pip with ``--no-deps``, prometheus_client and the ``linked`` distributions linked in from
+    this Python."""
     subprocess.run([str(base_python), "-m", "venv", "--without-pip", str(venv)], check=True)
     installed = Installed(venv)
     site = _purelib(installed.python)
@@ -83,6 +85,8 @@ def _install(venv, base_python, wheel, overlay=None):
     found = subprocess.run([str(installed.python), "-c", "import prometheus_client"], capture_output=True, check=False)
     if found.returncode != 0:
         _link_distribution("prometheus_client", site)
+    for name in linked:
+        _link_distribution(name, site)
     pip = [sys.executable, "-m", "pip", "--python", str(installed.python), "install"]
     done = subprocess.run(
         [*pip, "--no-deps", "--no-index", "--quiet", str(wheel)], capture_output=True, text=True, check=False
@@ -104,6 +108,14 @@ def wheel(tmp_path_factory):
 def node_tools(wheel, tmp_path_factory):
     """The package as a node's system Python has it: the wheel and prometheus_client, no torch."""
     return _install(tmp_path_factory.mktemp("node") / "venv", sys.executable, wheel[0])
+
+
+@pytest.fixture(scope="session")
+def wheel_index(wheel, tmp_path_factory):
+    """The builder's package index venv (wheel_build_index_dir): the wheel and pypiserver with what it
+    imports (the role pins the same versions by sha256)."""
+    linked = ("pypiserver", "packaging", "importlib_resources")
+    return _install(tmp_path_factory.mktemp("index") / "venv", sys.executable, wheel[0], linked=linked)
 
 
 @pytest.fixture(scope="session")

@@ -1,35 +1,39 @@
-"""Serve the builder's wheels to the other nodes of its arch set, then end.
+"""Serve the builder's wheels to the other nodes of its arch set as a package index, then end.
 
-Run by the wheel_build role on the node that built the wheels, as a background job:
+Run by the wheel_build role on the node that built the wheels, as a background job, from the
+package index's own venv (wheel_build_index_dir: these node tools and pypiserver, pinned by sha256):
 
     instinct-serve-wheels DIR ADDRESS PORT --plan FILE --deadline SECONDS --idle SECONDS
 
-The plan (JSON in FILE, which the server removes once read, or on stdin for ``--plan -``; never on
-the command line, where ``ps`` shows it) names each peer with the secret the controller made for it
-this run and the files it fetches: ``{"node2": {"token": "...", "files": ["torch-....whl"]}}``. The
-server binds ADDRESS:PORT (the
-management address the inventory chooses, never every address unless told) and answers a GET of
-``/NAME`` only with the header ``Authorization: Bearer TOKEN`` of a peer whose list holds NAME:
-a request without a valid secret gets 403, a valid secret asking for a file not in its list 404,
-and neither counts. It ends with status 0 once every peer has received every file of its list in
-full; a peer that fetches again (a retry) gets the file again, counted once. It gives up with
-status 3 after ``--deadline`` seconds, or after ``--idle`` seconds in which no peer asked for
-anything and no transfer ran: a play aborted after starting it leaves it listening only until
-then. Status 2: a bad plan; 4: the address and port cannot be bound. Each peer checks the sha256
-the controller gave it, so the controller moves sha256 sums, never wheels. Standard library only
-(the tools venv is the distribution's Python). One line per transfer goes to stdout (the play shows
-them); a secret never does.
+The index is pypiserver's (a maintained PEP 503 index: ``/simple/`` and ``/packages/NAME``, with the
+sha256 of each file in its links), served over DIR on ADDRESS:PORT (the management address the
+inventory chooses, never every address unless told). The plan (JSON in FILE, which the server removes
+once read, or on stdin for ``--plan -``; never on the command line, where ``ps`` shows it) names each
+peer with the secret the controller made for it this run and the files it fetches:
+``{"node2": {"token": "...", "files": ["torch-....whl"]}}``. A peer sends its secret as HTTP basic
+auth's password (any user name): pypiserver's own check refuses a request without a valid one (401,
+never counted), and this server answers a valid secret asking for a package outside its peer's list
+with 404. It ends with status 0 once every peer has received every file of its list in full; a peer
+that fetches again (a retry) gets the file again, counted once. It gives up with status 3 after
+``--deadline`` seconds, or after ``--idle`` seconds in which no peer asked for anything and no
+transfer ran: a play aborted after starting it leaves it listening only until then. Status 2: a bad
+plan, or no pypiserver in this venv; 4: the address and port cannot be bound. Each peer checks the
+sha256 the builder recorded when it made the wheels, so the controller moves sha256 sums, never
+wheels. One line per transfer goes to stdout (the play shows them); a secret never does.
 """
 
 import argparse
+import base64
+import binascii
 import hmac
-import http.server
 import json
 import os
 import socket
+import socketserver
 import sys
 import threading
 import time
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 RUNBOOK = "docs/runbooks/wheel-build-failed.md"
 # Requests without a valid secret are logged up to this many lines, then only counted.
@@ -86,17 +90,25 @@ class Share:
         self.lock = threading.Lock()
         self.done = threading.Event()
 
-    def peer_of(self, header):
-        """The peer whose secret ``header`` (the Authorization header's value) carries, or None."""
-        scheme, _space, token = str(header or "").partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            return None
+    def peer_of_secret(self, secret):
+        """The peer whose secret this is, or None; every secret is compared, in constant time."""
         found = None
-        # Every secret is compared, in constant time, whichever matches.
         for peer, entry in self.plan.items():
-            if hmac.compare_digest(token.strip().encode(), entry["token"].encode()):
+            if hmac.compare_digest(str(secret or "").encode(), entry["token"].encode()):
                 found = peer
         return found
+
+    def peer_of(self, header):
+        """The peer whose secret ``header`` (the Authorization header's value: basic auth, the secret
+        as its password) carries, or None."""
+        scheme, _space, encoded = str(header or "").partition(" ")
+        if scheme.lower() != "basic" or not encoded:
+            return None
+        try:
+            _user, colon, secret = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        return self.peer_of_secret(secret) if colon else None
 
     def may_fetch(self, peer, name):
         return peer is not None and name in self.plan[peer]["files"]
@@ -142,63 +154,113 @@ class Share:
             return None
 
 
-def handler_for(share, directory):
-    class Handler(http.server.BaseHTTPRequestHandler):
-        # A client that connects and says nothing is dropped after this many seconds.
-        timeout = 60
+class _Counted:
+    """A package's body on its way to a peer: the transfer counts once every byte of a full answer
+    (200, Content-Length) was handed to the server and the server asked for more."""
 
-        # do_GET: the name http.server calls.
-        def do_GET(self):
-            peer = share.peer_of(self.headers.get("Authorization"))
-            name = self.path.lstrip("/")
-            if peer is None:
-                count = share.refuse()
-                if count <= REFUSED_LINES:
-                    print(f"refused GET {self.path[:200]!r} from {self.client_address[0]}: no valid secret", flush=True)
-                self.send_error(403, "a peer of this share only")
-                return
-            if not share.may_fetch(peer, name):
-                self.send_error(404, "not a wheel this peer fetches")
-                return
-            path = os.path.join(directory, name)
-            share.begin()
-            sent, complete = 0, False
-            start = time.monotonic()
-            try:
-                size = os.path.getsize(path)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/octet-stream")
-                self.send_header("Content-Length", str(size))
-                self.end_headers()
-                with open(path, "rb") as wheel:
-                    while chunk := wheel.read(1 << 20):
-                        self.wfile.write(chunk)
-                        sent += len(chunk)
-                self.wfile.flush()
-                complete = sent == size
+    def __init__(self, body, transfer):
+        self.body = body
+        self.transfer = transfer
+        self.sent = 0
+        self.exhausted = False
+
+    def __iter__(self):
+        for chunk in self.body:
+            self.sent += len(chunk)
+            yield chunk
+        self.exhausted = True
+
+    def close(self):
+        if hasattr(self.body, "close"):
+            self.body.close()
+        self.transfer(self.sent, self.exhausted)
+
+
+def share_app(share, index):
+    """The WSGI app in front of pypiserver's ``index``: refuses and counts strays, keeps each peer to
+    its list, and counts finished transfers toward the share."""
+
+    def refuse(environ, start_response, status, why):
+        start_response(status, [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Basic realm="wheels"')])
+        return [f"{why}\n".encode()]
+
+    def app(environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        client = environ.get("REMOTE_ADDR", "?")
+        peer = share.peer_of(environ.get("HTTP_AUTHORIZATION"))
+        if peer is None:
+            count = share.refuse()
+            if count <= REFUSED_LINES:
+                method = environ.get("REQUEST_METHOD")
+                print(f"refused {method} {path[:200]!r} from {client}: no valid secret", flush=True)
+            return refuse(environ, start_response, "401 Unauthorized", "a peer of this share only")
+        if not path.startswith("/packages/"):
+            # The index's pages (/simple/...): pypiserver answers them, and checks the secret again.
+            return index(environ, start_response)
+        # PATH_INFO is decoded already (a torch's "+" arrives as "+", sent as %2B).
+        name = path[len("/packages/") :]
+        if not share.may_fetch(peer, name):
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not a package this peer fetches\n"]
+        answer = {}
+
+        def started(status, headers, exc_info=None):
+            answer["status"], answer["length"] = status, dict(headers).get("Content-Length")
+            return start_response(status, headers, exc_info)
+
+        share.begin()
+        start = time.monotonic()
+        try:
+            body = index(environ, started)
+        except Exception:
+            share.end(peer, name, complete=False)
+            raise
+
+        def transfer(sent, exhausted):
+            full = str(answer.get("status", "")).startswith("200") and str(sent) == str(answer.get("length"))
+            complete = exhausted and full and environ.get("REQUEST_METHOD") == "GET"
+            took = time.monotonic() - start
+            if complete:
                 # Said before it counts: the last transfer ends the server.
-                took = time.monotonic() - start
-                print(f"sent {name} ({sent} bytes) to {self.client_address[0]} ({peer}) in {took:.1f} s", flush=True)
-            except OSError as err:
-                client = self.client_address[0]
-                print(f"transfer of {name} to {client} ({peer}) broke after {sent} bytes: {err}", flush=True)
-            finally:
-                share.end(peer, name, complete)
+                print(f"sent {name} ({sent} bytes) to {client} ({peer}) in {took:.1f} s", flush=True)
+            elif str(answer.get("status", "")).startswith("200"):
+                print(f"transfer of {name} to {client} ({peer}) broke after {sent} bytes", flush=True)
+            share.end(peer, name, complete)
 
-        def log_message(self, *_):
-            pass  # one line per finished transfer is printed above
+        return _Counted(body, transfer)
 
-    return Handler
+    return app
+
+
+class _Quiet(WSGIRequestHandler):
+    # A client that connects and says nothing is dropped after this many seconds.
+    timeout = 60
+
+    def log_message(self, *_):
+        pass  # one line per finished transfer is printed by the app
 
 
 def _server_class(address):
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
 
-    class Server(http.server.ThreadingHTTPServer):
+    class Server(socketserver.ThreadingMixIn, WSGIServer):
         address_family = family
         daemon_threads = True
 
     return Server
+
+
+def index_app(share, directory):
+    """pypiserver's index over ``directory``: listing and downloads need a peer's secret; no upload, no
+    fallback to PyPI (a name it lacks is a 404, never a redirect elsewhere)."""
+    import pypiserver  # noqa: PLC0415 - in the index's venv only (wheel_build_index_dir)
+
+    return pypiserver.app(
+        roots=[directory],
+        authenticate=["download", "list", "update", "remove"],
+        auther=lambda _user, secret: share.peer_of_secret(secret) is not None,
+        disable_fallback=True,
+    )
 
 
 def parse(argv):
@@ -236,9 +298,18 @@ def main(argv):
         print(f"cannot serve: {err}. See {RUNBOOK}", flush=True)
         return 2
     share = Share(plan, args.deadline, args.idle)
+    try:
+        index = index_app(share, args.directory)
+    except ImportError as err:
+        print(
+            f"cannot serve: pypiserver cannot be imported by {sys.executable} ({err}): run instinct-serve-wheels from "
+            f"the package index's venv (wheel_build_index_dir), which the wheel_build role installs. See {RUNBOOK}",
+            flush=True,
+        )
+        return 2
     address = args.address.strip("[]")
     try:
-        server = _server_class(address)((address, args.port), handler_for(share, args.directory))
+        server = _server_class(address)((address, args.port), _Quiet)
     except OSError as err:
         print(
             f"cannot listen on {args.address}:{args.port}: {err}. Another run's wheel server still holds the port "
@@ -247,11 +318,12 @@ def main(argv):
             flush=True,
         )
         return 4
+    server.set_app(share_app(share, index))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     files = sorted({name for entry in plan.values() for name in entry["files"]})
     print(
-        f"serving {len(files)} wheel(s) of {args.directory} on {args.address}:{args.port} to {len(plan)} peer(s) "
-        f"for {share.total} transfer(s)",
+        f"serving {len(files)} wheel(s) of {args.directory} as a package index on {args.address}:{args.port} to "
+        f"{len(plan)} peer(s) for {share.total} transfer(s)",
         flush=True,
     )
     while (verdict := share.verdict()) is None:

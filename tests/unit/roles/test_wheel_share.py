@@ -24,7 +24,10 @@ import yaml
 
 from tests.unit.conftest import COLLECTIONS, ROOT, role_step_playbook
 
-WHEELS = {"torch-2.13.0-cp311-linux_x86_64.whl": b"torch" * 20000, "deepspeed-0.16.9-py3-none-any.whl": b"ds" * 9000}
+WHEELS = {
+    "torch-2.13.0-cp311-cp311-linux_x86_64.whl": b"torch" * 20000,
+    "deepspeed-0.16.9-py3-none-any.whl": b"ds" * 9000,
+}
 SHIM = """#!{python}
 import sys
 sys.path.insert(0, {src!r})
@@ -52,7 +55,7 @@ class Stray(threading.Thread):
         while not self.stop.is_set():
             for name in WHEELS:
                 try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/{name}", timeout=5) as answer:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/packages/{name}", timeout=5) as answer:
                         self.answers.append(answer.status)
                 except urllib.error.HTTPError as error:
                     self.answers.append(error.code)
@@ -87,6 +90,10 @@ def run_share(tmp_path, port, *, check=False, server=None, after_build=None):
         "instinct_build_group": grp.getgrgid(os.getgid()).gr_name,
         "instinct_build_home": str(home),
         "instinct_tools_dir": str(tools.parent),
+        # The index's venv is the test's stand-in folder (its shim runs the checkout's code with this
+        # Python, which has pypiserver): the role does not install one.
+        "wheel_build_index_manage": False,
+        "wheel_build_index_dir": str(tools.parent),
         "instinct_management_address": "127.0.0.1",
         "wheel_build_serve_port": port,
         "wheel_build_serve_timeout": 120,
@@ -126,11 +133,12 @@ def test_the_peer_gets_every_wheel_while_a_stray_client_asks_for_them(tmp_path):
     # The peer keeps the builder's record beside its copy.
     assert (peer / "SHA256SUMS").read_text() == (tmp_path / "node1" / "SHA256SUMS").read_text()
     # The stray was answered while the server ran, and only with a refusal.
-    assert stray.answers and set(stray.answers) == {403}, stray.answers
+    assert stray.answers and set(stray.answers) == {401}, stray.answers
     flat = " ".join(out.split())
-    assert f"serving 2 wheel(s) of {tmp_path / 'node1'} on 127.0.0.1:{port} to 1 peer(s) for 2 transfer(s)" in flat
+    serving = f"serving 2 wheel(s) of {tmp_path / 'node1'} as a package index on 127.0.0.1:{port} to 1 peer(s)"
+    assert f"{serving} for 2 transfer(s)" in flat
     assert "sent deepspeed-0.16.9-py3-none-any.whl (18000 bytes) to 127.0.0.1 (node2)" in flat
-    assert "sent torch-2.13.0-cp311-linux_x86_64.whl (100000 bytes) to 127.0.0.1 (node2)" in flat
+    assert "sent torch-2.13.0-cp311-cp311-linux_x86_64.whl (100000 bytes) to 127.0.0.1 (node2)" in flat
     assert re.search(r"refused \d+ request\(s\) without a valid secret \(not counted\)", flat)
     # The plan file is gone, and no secret (43 letters and digits) reached the output.
     assert list(home.iterdir()) == []
@@ -145,7 +153,7 @@ def test_check_mode_starts_no_server_and_says_what_would_be_fetched(tmp_path):
     proc, _builder, peer, home = run_share(tmp_path, port, check=True)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     flat = " ".join(proc.stdout.split())
-    wanted = "deepspeed-0.16.9-py3-none-any.whl, torch-2.13.0-cp311-linux_x86_64.whl"
+    wanted = "deepspeed-0.16.9-py3-none-any.whl, torch-2.13.0-cp311-cp311-linux_x86_64.whl"
     assert f"node2: check mode; a real run fetches {wanted}" in flat
     assert list(peer.iterdir()) == [] and list(home.iterdir()) == []
 
