@@ -27,5 +27,7 @@ class FilterModule:
             "base_eval_key": _wrap(jobspec.base_eval_key),
             "weights_problems": _wrap(jobspec.weights_problems),
             "eval_judgement": _wrap(jobspec.eval_judgement),
+            "eval_parity": _wrap(jobspec.eval_parity),
+            "eval_reference_problems": _wrap(jobspec.eval_reference_problems),
             "perplexity_definition": _wrap(perplexity_definition),
         }

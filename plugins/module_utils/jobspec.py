@@ -618,6 +618,85 @@ def weights_problems(finetuning_type, report):
     return problems
 
 
+# What a parity check's tolerance is, in words (eval.json's reference comparison and the README).
+PARITY_TOLERANCE_SOURCE = (
+    "relative difference of the evaluation loss; bf16's unit roundoff is 2^-8 (0.39 %), and two platforms "
+    "differ in kernels and reduction order, so the same job's losses agree to about 1 % after training, not "
+    "bit for bit (evaluate_reference_tolerance)"
+)
+# Settings that must agree for two evaluations to be of the same job on the same rows.
+_PARITY_SAME = ("dataset", "val_size", "seed", "finetuning_type", "eval_samples")
+
+
+def _relative(value, reference):
+    if value is None or reference is None or not math.isfinite(value) or not math.isfinite(reference):
+        return None
+    if reference == 0:
+        return 0.0 if value == 0 else float("inf")
+    return abs(value - reference) / abs(reference)
+
+
+def eval_reference_problems(text):
+    """Why ``text`` (a reference run's eval.json, as read) cannot be compared with: [] when it can."""
+    try:
+        reference = json.loads(text) if isinstance(text, (str, bytes)) else text
+    except ValueError as err:
+        return [f"it is not JSON ({err})"]
+    if not isinstance(reference, dict):
+        return [f"it holds {type(reference).__name__}, not an evaluation's mapping"]
+    loss = _number(reference.get("eval_loss"))
+    if loss is None or not math.isfinite(loss):
+        return [f"it holds no finite eval_loss ({reference.get('eval_loss')!r}): it is not an eval.json of this role"]
+    return []
+
+
+def eval_parity(result, reference, tolerance=0.01):
+    """The job's evaluation (eval.json) against a reference run's (the same job on another cluster or
+    platform): ``{"comparable", "within", "problems", "eval_loss", "reference_eval_loss", "loss_delta",
+    "relative_loss_delta", "perplexity", "reference_perplexity", "perplexity_delta", "tolerance",
+    "tolerance_source", "reference_job", "base_relative_loss_delta"}``. Two evaluations are comparable
+    when they scored the same rows (dataset, split, seed, row count, fine-tuning type) and their base
+    models' losses agree within the tolerance; ``within`` when the fine-tuned losses do too."""
+    tolerance = _number(tolerance)
+    if tolerance is None or tolerance < 0:
+        raise ValueError(f"evaluate_reference_tolerance is {tolerance!r}, not a relative difference of 0 or more")
+    result = result if isinstance(result, dict) else {}
+    reference = reference if isinstance(reference, dict) else {}
+    problems = []
+    ours, theirs = _number(result.get("eval_loss")), _number(reference.get("eval_loss"))
+    if theirs is None or not math.isfinite(theirs):
+        problems.append(f"the reference holds no finite eval_loss ({reference.get('eval_loss')!r})")
+    for key in _PARITY_SAME:
+        if key in result and key in reference and result[key] != reference[key]:
+            problems.append(f"{key} is {result[key]!r} here and {reference[key]!r} in the reference")
+    base_delta = _relative(_number(result.get("base_eval_loss")), _number(reference.get("base_eval_loss")))
+    if base_delta is not None and base_delta > tolerance:
+        problems.append(
+            f"the base model's eval loss differs by {base_delta:.2%} ({result.get('base_eval_loss')} here, "
+            f"{reference.get('base_eval_loss')} in the reference): the two evaluations did not score the same "
+            f"model on the same rows"
+        )
+    delta = _relative(ours, theirs)
+    mine, its = perplexity(ours), perplexity(theirs)
+    comparable = not problems
+    return {
+        "reference_job": reference.get("job"),
+        "comparable": comparable,
+        "within": comparable and delta is not None and delta <= tolerance,
+        "problems": problems,
+        "eval_loss": ours,
+        "reference_eval_loss": theirs,
+        "loss_delta": None if ours is None or theirs is None else ours - theirs,
+        "relative_loss_delta": delta,
+        "perplexity": mine,
+        "reference_perplexity": its,
+        "perplexity_delta": None if mine is None or its is None else mine - its,
+        "base_relative_loss_delta": base_delta,
+        "tolerance": tolerance,
+        "tolerance_source": PARITY_TOLERANCE_SOURCE,
+    }
+
+
 def eval_judgement(tuned_loss, base_loss):
     """Both perplexities, their ratio and the relative improvement (None where a loss is missing)."""
     tuned = perplexity(tuned_loss)

@@ -593,6 +593,47 @@ def test_each_stage_alone_changes_nothing_but_the_files_changed_by_hand(added_ta
         assert node(host, "cat", ADDED_FILE).stdout == "added to a copy of the monitoring role by tests/e2e\n"
 
 
+def test_the_evaluation_is_compared_with_a_reference_runs(converged, tmp_path):
+    """Issue 34's parity check, on the main job's cached evaluation: against its own eval.json (another
+    cluster's run of the job, bit for bit) it agrees and parity.json is written beside the collected
+    eval.json; against a run whose loss is 5 % higher, the play fails naming both losses and the
+    tolerance; a file that is not an evaluation is refused before anything runs."""
+    collected = sandbox.collect_dir() / JOB / NODES[0]
+    ours = json.loads((collected / "eval.json").read_text())
+
+    def evaluate(reference):
+        return sandbox.run_playbook(
+            "evaluate.yml",
+            cmdline=sandbox.site_cmdline(),
+            extravars={"finetune_collect_dir": str(sandbox.collect_dir()), "evaluate_reference": str(reference)},
+            quiet=True,
+        )
+
+    same = evaluate(collected / "eval.json")
+    assert same.rc == 0, same.failures
+    parity = json.loads((collected / "parity.json").read_text())
+    assert parity["within"] is True and parity["relative_loss_delta"] == 0.0 and parity["tolerance"] == 0.01
+    assert parity["reference_job"] == JOB and parity["eval_loss"] == ours["eval_loss"]
+    # Not evaluated again: the comparison reads the cached result.
+    assert same.ran("Evaluate the fine-tuned weights on the held-out split") == []
+
+    elsewhere = tmp_path / "eval-elsewhere.json"
+    elsewhere.write_text(json.dumps(dict(ours, eval_loss=ours["eval_loss"] * 1.05, job=f"{JOB}-elsewhere")))
+    apart = evaluate(elsewhere)
+    assert apart.rc != 0 and apart.failed_hosts() == [NODES[0]]
+    message = " ".join(str(f["msg"]) for f in apart.failures)
+    assert f"job {JOB}'s evaluation does not match the reference {elsewhere}" in message
+    assert "4.76 % apart, beyond evaluate_reference_tolerance 0.01" in message
+    assert "docs/runbooks/finetune-job.md" in message
+
+    broken = tmp_path / "not-an-eval.json"
+    broken.write_text('{"perplexity": 3}')
+    refused = evaluate(broken)
+    assert refused.rc != 0 and sorted(refused.failed_hosts()) == NODES
+    assert refused.ran("Read the job's record and state when the finetune stage did not run in this play") == []
+    assert "it holds no finite eval_loss (None)" in " ".join(str(f["msg"]) for f in refused.failures)
+
+
 def run_in_thread(playbook, extra, outcome):
     def run():
         outcome["result"] = sandbox.run_playbook(

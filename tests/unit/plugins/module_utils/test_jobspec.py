@@ -7,6 +7,7 @@ from a real run (tests/fixtures/finetune/SOURCES.md).
 """
 
 import copy
+import json
 import math
 import re
 
@@ -866,3 +867,57 @@ def test_the_sandbox_job_trains_the_default_way():
     assert files["train"]["warmup_steps"] == 0.05 and "warmup_ratio" not in files["train"]
     assert job_problems(sandbox_job(), "node1") == []
     assert device_problems(sandbox_job(), "cpu", 2, "node1") == []
+
+
+# The sandbox's fault job as its evaluation left it (artifacts/sandbox/sandbox-fault/.../eval.json of a
+# `make test` run): the shape the parity check reads on both sides.
+FAULT_EVAL = {
+    "job": "sandbox-fault", "dataset": "tiny_instruct", "val_size": 0.1, "seed": 42, "finetuning_type": "full",
+    "strategy": "deepspeed_zero3", "eval_samples": None, "eval_loss": 3.9155502319335938,
+    "base_eval_loss": 6.518788814544678,
+}  # fmt: skip
+
+
+def test_parity_with_the_same_job_elsewhere_within_the_tolerance():
+    """Issue 34: the same job on another platform (another strategy too: FSDP there, ZeRO-3 here) whose
+    loss differs by 0.5 % agrees at the default 1 %; at 0.1 % it does not, with both numbers."""
+    other = dict(FAULT_EVAL, strategy="fsdp", eval_loss=FAULT_EVAL["eval_loss"] * 1.005, job="fault-on-h100")
+    parity = jobspec.eval_parity(FAULT_EVAL, other)
+    assert parity["comparable"] is True and parity["within"] is True and parity["problems"] == []
+    assert parity["relative_loss_delta"] == pytest.approx(0.005 / 1.005)
+    assert parity["loss_delta"] == pytest.approx(-FAULT_EVAL["eval_loss"] * 0.005)
+    assert parity["perplexity"] == pytest.approx(math.exp(FAULT_EVAL["eval_loss"]))
+    assert parity["perplexity_delta"] == pytest.approx(math.exp(FAULT_EVAL["eval_loss"]) - math.exp(other["eval_loss"]))
+    assert parity["base_relative_loss_delta"] == 0.0 and parity["reference_job"] == "fault-on-h100"
+    assert parity["tolerance"] == 0.01 and "2^-8" in parity["tolerance_source"]
+    strict = jobspec.eval_parity(FAULT_EVAL, other, 0.001)
+    assert strict["comparable"] is True and strict["within"] is False
+    assert jobspec.eval_parity(FAULT_EVAL, FAULT_EVAL, 0)["within"] is True  # itself, bit for bit
+
+
+def test_parity_refuses_evaluations_of_other_rows_or_another_base_model():
+    for change, problem in (
+        ({"seed": 7}, "seed is 42 here and 7 in the reference"),
+        ({"val_size": 0.2}, "val_size is 0.1 here and 0.2 in the reference"),
+        ({"dataset": "alpaca"}, "dataset is 'tiny_instruct' here and 'alpaca' in the reference"),
+        ({"finetuning_type": "lora"}, "finetuning_type is 'full' here and 'lora' in the reference"),
+        ({"base_eval_loss": 6.9}, "the base model's eval loss differs by 5.52% (6.518788814544678 here, 6.9 in"),
+        ({"eval_loss": "nan"}, "the reference holds no finite eval_loss ('nan')"),
+    ):
+        parity = jobspec.eval_parity(FAULT_EVAL, dict(FAULT_EVAL, **change))
+        assert parity["comparable"] is False and parity["within"] is False, change
+        assert any(p.startswith(problem) for p in parity["problems"]), parity["problems"]
+    assert jobspec.eval_parity(FAULT_EVAL, "not a mapping")["problems"] == [
+        "the reference holds no finite eval_loss (None)"
+    ]
+    with pytest.raises(ValueError, match=r"evaluate_reference_tolerance is -0\.1"):
+        jobspec.eval_parity(FAULT_EVAL, FAULT_EVAL, -0.1)
+
+
+def test_a_reference_that_is_not_an_evaluation_is_named_before_anything_runs():
+    assert jobspec.eval_reference_problems(json.dumps(FAULT_EVAL)) == []
+    assert jobspec.eval_reference_problems("{not json")[0].startswith("it is not JSON (")
+    assert jobspec.eval_reference_problems("[1, 2]") == ["it holds list, not an evaluation's mapping"]
+    assert jobspec.eval_reference_problems('{"perplexity": 3}') == [
+        "it holds no finite eval_loss (None): it is not an eval.json of this role"
+    ]
