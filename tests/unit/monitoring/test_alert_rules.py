@@ -22,6 +22,7 @@ TEMPLATE = ROLE / "templates" / "instinct-alerts.rules.yml.j2"
 AMD_RULES = ROLE / "files" / "instinct-amd-exporter.rules.yml"
 PROMTOOL_TESTS = ROOT / "tests" / "unit" / "monitoring" / "promtool"
 RUNBOOKS = ROOT / "docs" / "runbooks"
+RUNBOOK_URL = "https://github.com/instinct-finetune/instinct.finetune/blob/main/docs/runbooks"
 
 ALERTS = {
     "InstinctGPUTemperatureHigh": "thermal-throttling.md",
@@ -29,6 +30,7 @@ ALERTS = {
     "InstinctGPUMissing": "gpu-missing.md",
     "InstinctGPUVRAMNearFull": "oom-fragmentation.md",
     "InstinctGPUUncorrectableECC": "gpu-hardware-errors.md",
+    "InstinctTrainingSlow": "rank-hung.md",
     "InstinctTrainingStalled": "rank-hung.md",
     "InstinctNodeExporterDown": "monitoring-exporter.md",
     "InstinctGPUCollectorStale": "monitoring-exporter.md",
@@ -49,11 +51,16 @@ def defaults(**inventory):
     """The role's defaults as a play with the finetune role's defaults (and ``inventory``) sees them."""
     context = {**yaml.safe_load(FINETUNE_DEFAULTS.read_text(encoding="utf-8")), **inventory}
     values = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))
-    return {
-        name: yaml.safe_load(JINJA.from_string(value).render(context)) if isinstance(value, str) and "{{" in value
-        else value
-        for name, value in values.items()
-    }  # fmt: skip
+    rendered = {}
+    # In file order: a default may read one defined above it (the slow warning reads the stall limit).
+    for name, value in values.items():
+        if name in inventory:
+            rendered[name] = inventory[name]
+        elif isinstance(value, str) and "{{" in value:
+            rendered[name] = yaml.safe_load(JINJA.from_string(value).render({**context, **rendered}))
+        else:
+            rendered[name] = value
+    return rendered
 
 
 def render(**overrides):
@@ -84,6 +91,7 @@ def test_the_template_uses_only_the_documented_variables():
         "monitoring_alert_gpu_power_ratio",
         "monitoring_alert_vram_used_ratio",
         "monitoring_alert_training_stall_minutes",
+        "monitoring_alert_training_slow_minutes",
         "monitoring_alert_for",
         "monitoring_runbook_url",
         "monitoring_scrape_job",
@@ -149,7 +157,8 @@ def test_every_alert_is_there_with_severity_summary_description_and_runbook():
         annotations = rule["annotations"]
         assert "{{ $labels.instance }}" in annotations["summary"], name
         assert "{{ $labels.instance }}" in annotations["description"], name
-        assert annotations["runbook_url"] == f"docs/runbooks/{page}", name
+        # Absolute: an alert is read in Alertmanager, a mail or a chat, far from this checkout.
+        assert annotations["runbook_url"] == f"{RUNBOOK_URL}/{page}", name
         assert (RUNBOOKS / page).is_file(), f"{name} links {page}, which is not in docs/runbooks/"
 
 
@@ -159,8 +168,11 @@ def test_the_thresholds_come_from_the_defaults():
     temperature = by_name["InstinctGPUTemperatureHigh"]
     assert temperature["expr"].endswith(f"> {values['monitoring_alert_gpu_temperature_celsius']}")
     assert temperature["for"] == values["monitoring_alert_for"]
-    assert f"* {values['monitoring_alert_gpu_power_ratio']}" in by_name["InstinctGPUPowerOverLimit"]["expr"]
-    assert by_name["InstinctGPUVRAMNearFull"]["expr"].endswith(f"> {values['monitoring_alert_vram_used_ratio']}")
+    assert f"* {values['monitoring_alert_gpu_power_ratio']:g}" in by_name["InstinctGPUPowerOverLimit"]["expr"]
+    assert by_name["InstinctGPUVRAMNearFull"]["expr"].endswith(f"> {values['monitoring_alert_vram_used_ratio']:g}")
+    assert by_name["InstinctTrainingSlow"]["expr"].startswith(
+        "time() - instinct_finetune_last_step_timestamp_seconds > 900"
+    )
     stall = values["monitoring_alert_training_stall_minutes"] * 60
     assert f"> {stall}" in by_name["InstinctTrainingStalled"]["expr"]
     assert f'up{{job="{values["monitoring_scrape_job"]}"}}' in by_name["InstinctNodeExporterDown"]["expr"]
@@ -228,3 +240,23 @@ def test_promtool_checks_the_scrape_configuration_built_from_an_inventory(rules_
     rc, out = run_promtool("check", "config", str(path))
     assert rc == 0, out
     assert "instinct-alerts.rules.yml" in out and "instinct-amd-exporter.rules.yml" in out
+
+
+def test_numbers_given_as_strings_render_the_same_rules():
+    """Issue 34: ``-e key=value`` gives strings. The stall limit "45" rendered "45" * 60, a 120-digit
+    threshold that never fires; every templated number is cast, so strings render the rules numbers do."""
+    as_numbers = {"monitoring_alert_training_stall_minutes": 45, "monitoring_alert_training_slow_minutes": 20,
+                  "monitoring_alert_gpu_temperature_celsius": 90, "monitoring_alert_gpu_power_ratio": 1.1,
+                  "monitoring_alert_vram_used_ratio": 0.95, "monitoring_gpu_interval": 30}  # fmt: skip
+    as_strings = {name: str(value) for name, value in as_numbers.items()}
+    assert render(**defaults(**as_strings)) == render(**defaults(**as_numbers))
+    by_name = {r["alert"]: r for g in yaml.safe_load(render(**defaults(**as_strings)))["groups"] for r in g["rules"]}
+    assert "> 2700" in by_name["InstinctTrainingStalled"]["expr"]
+    assert "> 1200" in by_name["InstinctTrainingSlow"]["expr"]
+    assert by_name["InstinctGPUTemperatureHigh"]["expr"].endswith("> 90")
+    assert "> 150" in by_name["InstinctGPUCollectorStale"]["expr"]
+
+
+def test_the_slow_warning_comes_at_half_the_stall_limit():
+    for stall, slow in ((30, 15), (45, 22), (2, 1), (1, 1)):
+        assert defaults(finetune_stall_minutes=stall)["monitoring_alert_training_slow_minutes"] == slow, stall

@@ -91,6 +91,11 @@ def test_the_instance_variable_lists_the_nodes_and_every_panel_filters_on_it(das
         ("Loss", {"instinct_finetune_loss", "instinct_finetune_eval_loss"}),
         ("Tokens/s per rank", {"instinct_finetune_tokens_per_second"}),
         ("Seconds since last step", {"instinct_finetune_last_step_timestamp_seconds"}),
+        # Issue 34: HBM temperature, XGMI errors, the job's total tokens/s and its step rate.
+        ("GPU memory (HBM) temperature", {"instinct_gpu_temperature_celsius"}),
+        ("XGMI link errors", {"instinct_gpu_xgmi_error"}),
+        ("Job tokens/s (all ranks)", {"instinct_finetune_tokens_per_second"}),
+        ("Step rate", {"instinct_finetune_step"}),
     ],
 )
 def test_the_panels_asked_for_are_there(dashboard, title, metrics):
