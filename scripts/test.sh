@@ -80,11 +80,13 @@ do_changelog() { antsibull-changelog lint; }
 
 do_unit() {
   local rc=0
-  # The alert rule tests run Prometheus's own promtool (check rules, test rules).
+  # The alert rule tests run Prometheus's own promtool (check rules, test rules), the receivers' test
+  # Alertmanager's amtool (check-config).
   PROMTOOL=$(bash scripts/ensure-promtool.sh)
+  AMTOOL=$(PROMTOOL_TOOL=amtool bash scripts/ensure-promtool.sh)
   # The finetune role's pre-launch check runs on the real LLaMA-Factory, transformers and DeepSpeed.
   INSTINCT_TRAIN_PYTHON=$(bash scripts/ensure-train-libs.sh)
-  export PROMTOOL INSTINCT_TRAIN_PYTHON
+  export PROMTOOL AMTOOL INSTINCT_TRAIN_PYTHON
   # node_tools/tests: the node tools package built into a wheel, installed with pip into throwaway
   # venvs (one over the training libraries above), and its console scripts run from there.
   pytest --durations=25 tests/unit node_tools/tests || rc=$?

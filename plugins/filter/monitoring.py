@@ -15,6 +15,8 @@ class FilterModule:
         return {
             "scrape_target": _wrap(promconfig.scrape_target),
             "prometheus_config": _wrap(promconfig.prometheus_config),
+            "alertmanager_config": _wrap(promconfig.alertmanager_config),
+            "alertmanager_problems": _wrap(promconfig.alertmanager_problems),
             "scrape_health": _wrap(promconfig.scrape_health),
             "monitoring_web_access": _wrap(promconfig.web_access),
             "monitoring_web_config": _wrap(promconfig.web_config),

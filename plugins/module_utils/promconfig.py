@@ -191,13 +191,73 @@ def prometheus_config(targets, settings):
             raise ValueError(f"the extra scrape job '{extra.get('job_name')}' has the name of a job of the role")
         names.add(extra.get("job_name"))
         scrape_configs.append(extra)
-    return {
+    config = {
         "global": {
             "scrape_interval": settings["scrape_interval"],
             "evaluation_interval": settings["evaluation_interval"],
         },
         "rule_files": list(settings.get("rule_files") or []),
         "scrape_configs": scrape_configs,
+    }
+    if settings.get("alertmanager"):
+        # Alertmanager sits behind the same web configuration as Prometheus (same host, same files).
+        config["alerting"] = {
+            "alertmanagers": [dict({"static_configs": [{"targets": [settings["alertmanager"]]}]}, **client)]
+        }
+    return config
+
+
+_URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+_DURATION = re.compile(r"^[0-9]+(ms|s|m|h|d)$")
+# Every alert of a node about the same thing is one notification; a firing one is repeated this often.
+_ROUTE_DEFAULTS = {"group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h"}
+
+
+def alertmanager_problems(settings):
+    """What is wrong with the receiver settings (``alertmanager_config``'s), each naming its variable."""
+    problems = []
+    for url in settings.get("webhook_urls") or []:
+        if not isinstance(url, str) or not _URL.match(url):
+            problems.append(f"monitoring_alertmanager_webhook_urls holds {url!r}, not an http(s) URL")
+    email = settings.get("email") or {}
+    given = {key: value for key, value in email.items() if value}
+    if given and not all(given.get(key) for key in ("to", "from", "smarthost")):
+        missing = [f"monitoring_alertmanager_email_{key}" for key in ("to", "from", "smarthost") if not given.get(key)]
+        problems.append(f"the e-mail receiver needs {', '.join(missing)} too")
+    if given.get("smarthost") and not re.match(r"^[^\s:]+:[0-9]+$", str(given["smarthost"])):
+        problems.append(f"monitoring_alertmanager_email_smarthost is {given['smarthost']!r}, not HOST:PORT")
+    if bool(given.get("auth_username")) != bool(given.get("auth_password")):
+        problems.append("monitoring_alertmanager_email_auth_username and _auth_password go together")
+    for key, value in (settings.get("route") or {}).items():
+        if not _DURATION.match(str(value)):
+            problems.append(f"monitoring_alertmanager_{key} is {value!r}, not a duration such as 30s or 4h")
+    return problems
+
+
+def alertmanager_config(settings):
+    """alertmanager.yml as a dict: every alert goes to one receiver, ``instinct``, which posts to each of
+    ``webhook_urls`` (Alertmanager's webhook payload, resolved alerts too) and mails ``email`` (``{to,
+    from, smarthost, auth_username, auth_password, require_tls}``) when given; with neither, the alerts
+    are only in Alertmanager's own API and UI. Alerts are grouped by alert name and node; ``route``
+    overrides group_wait, group_interval and repeat_interval. A ValueError names each bad setting."""
+    problems = alertmanager_problems(settings)
+    if problems:
+        raise ValueError("; ".join(problems) + f". See {RUNBOOK}")
+    receiver = {"name": "instinct"}
+    urls = list(settings.get("webhook_urls") or [])
+    if urls:
+        receiver["webhook_configs"] = [{"url": url, "send_resolved": True} for url in urls]
+    email = {key: value for key, value in (settings.get("email") or {}).items() if value not in (None, "")}
+    if email.get("to"):
+        mail = {"to": email["to"], "from": email["from"], "smarthost": email["smarthost"], "send_resolved": True}
+        if email.get("auth_username"):
+            mail.update(auth_username=email["auth_username"], auth_password=email["auth_password"])
+        mail["require_tls"] = bool(email.get("require_tls", True))
+        receiver["email_configs"] = [mail]
+    route = dict(_ROUTE_DEFAULTS, **(settings.get("route") or {}))
+    return {
+        "route": dict({"receiver": "instinct", "group_by": ["alertname", "instance"]}, **route),
+        "receivers": [receiver],
     }
 
 
