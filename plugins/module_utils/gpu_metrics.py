@@ -231,9 +231,20 @@ def _concise_sensor(text):
 
 
 def read_rocm_smi_plain(concise_text, use_vram_text):
-    """A bare ``rocm-smi`` (concise table) plus ``rocm-smi -u --showmeminfo vram`` -> records."""
+    """A bare ``rocm-smi`` (concise table) plus ``rocm-smi -u --showmeminfo vram`` -> records. Without
+    the second view (None: it failed), the concise table alone: every GPU the driver lists, with its
+    temperature and power, and no VRAM bytes or busy % (a GPU count is what an alert needs most)."""
     what = "rocm-smi -u --showmeminfo vram"
     concise = {gpu["index"]: gpu for gpu in parse_rocm_smi_concise(concise_text)["gpus"]}
+    if use_vram_text is None:
+        sensor = _concise_sensor(concise_text)
+        records = []
+        for index in sorted(concise):
+            record = _from_gpu_record(empty_record(index), concise[index])
+            if concise[index]["temperature_c"] is not None:
+                record["temperatures"][sensor] = concise[index]["temperature_c"]
+            records.append(record)
+        return records
     memory = {gpu["index"]: gpu for gpu in parse_rocm_smi_text(use_vram_text)["gpus"]}
     cards = _text_cards(_text_log(use_vram_text, what))
     if set(concise) != set(memory):
@@ -274,13 +285,21 @@ def read_gpus(run, static_text=None):
     ``problems`` says why each reader that was tried did not give the answer.
     """
     problems = []
+
+    def plain():
+        concise = run("rocm-smi", ROCM_SMI_CONCISE)
+        try:
+            use_vram = run("rocm-smi", ROCM_SMI_USE_VRAM)
+        except ToolFailed as error:
+            # The concise table still counts the GPUs and reads their sensors.
+            problems.append(f"rocm-smi: {error}; the concise table alone is read (no VRAM bytes, no busy %)")
+            use_vram = None
+        return read_rocm_smi_plain(concise, use_vram)
+
     readers = (
         ("amd-smi", lambda: read_amdsmi(run("amd-smi", AMDSMI_METRIC), static_text)),
         ("rocm-smi --json", lambda: read_rocm_smi_json(run("rocm-smi", ROCM_SMI_JSON))),
-        (
-            "rocm-smi",
-            lambda: read_rocm_smi_plain(run("rocm-smi", ROCM_SMI_CONCISE), run("rocm-smi", ROCM_SMI_USE_VRAM)),
-        ),
+        ("rocm-smi", plain),
     )
     for source, reader in readers:
         try:

@@ -99,3 +99,42 @@ class Hub:
     def gets(self, client, name):
         """The GETs of one repository file, from one client address, in the order they came."""
         return [r for r in self.requests() if r["method"] == "GET" and r["file"] == name and r["client"] == client]
+
+
+class AlertReceiver:
+    """A webhook receiver on the sandbox's management gateway, where the sandbox's Alertmanager posts
+    every alert (inventories/sandbox: monitoring_alertmanager_webhook_urls): it keeps each payload."""
+
+    PORT = 8771
+    URL = f"http://{os.environ.get('SIM_GATEWAY', '172.29.10.1')}:{PORT}/alerts"
+
+    def __init__(self):
+        import http.server  # noqa: PLC0415 - only the alert test needs it
+        import threading  # noqa: PLC0415
+
+        self.payloads = []
+        received = self.payloads
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # the name http.server calls
+                length = int(self.headers.get("Content-Length") or 0)
+                received.append({"path": self.path, "body": json.loads(self.rfile.read(length) or b"{}")})
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *_):
+                pass
+
+        host = os.environ.get("SIM_GATEWAY", "172.29.10.1")
+        self.server = http.server.ThreadingHTTPServer((host, self.PORT), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def alerts(self, name, instance, status="firing"):
+        """Every alert of that name and node, with that status, in the payloads so far."""
+        return [alert for payload in self.payloads for alert in payload["body"].get("alerts", [])
+                if alert["labels"].get("alertname") == name and alert["labels"].get("instance") == instance
+                and alert.get("status") == status]  # fmt: skip
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()

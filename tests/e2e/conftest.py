@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from cluster import LF_SETS, NODES, ROOT, VENV, Hub, node, sandbox
+from cluster import LF_SETS, NODES, ROOT, VENV, AlertReceiver, Hub, node, sandbox
 
 # A developer iterating on the e2e suite may keep the cluster of an earlier run (it then starts from
 # converged nodes, and the check on new nodes is not shown). CI never sets it.
@@ -81,3 +81,11 @@ def hub(site):
     yield Hub(process, started)
     process.terminate()
     process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def alert_receiver():
+    """The webhook the sandbox's Alertmanager posts to, from the first test that asks for it."""
+    receiver = AlertReceiver()
+    yield receiver
+    receiver.close()

@@ -12,7 +12,7 @@ import time
 import urllib.parse
 
 import pytest
-from cluster import NODES, ROOT, node, sandbox
+from cluster import NODES, ROOT, AlertReceiver, node, sandbox
 
 TEXTFILE = "/var/lib/prometheus/node-exporter/instinct_gpu.prom"
 
@@ -154,22 +154,23 @@ def listeners(host):
     return sorted(found)
 
 
-# The ports the collection listens on when no job runs: node exporter on every node, Prometheus on its
-# server (node1). Port 22 is the image's sshd, the operator's way in (the quick start's SSH), not the
-# collection's, on whatever address sshd chose.
+# The ports the collection listens on when no job runs: node exporter on every node, Prometheus and
+# Alertmanager on their server (node1; Alertmanager's cluster port 9094 is off). Port 22 is the image's
+# sshd, the operator's way in (the quick start's SSH), not the collection's, on whatever address sshd
+# chose.
 SSH = 22
 
 
 def test_every_listener_on_a_converged_node_is_on_its_chosen_address(converged):
-    """Issue 32: ss -ltnp on each converged node, no job running: node exporter (both nodes) and
-    Prometheus (node1) on the management address and nothing else of the collection's (no wheel
+    """Issue 32: ss -ltnp on each converged node, no job running: node exporter (both nodes),
+    Prometheus and Alertmanager (node1) on the management address and nothing else of the collection's (no wheel
     server left after the stack stage, no torchrun port with no job). The listings are kept in
     artifacts/sandbox/listeners-NODE.txt for the closing note."""
     for host in NODES:
         address = management_address(host)
         (sandbox.collect_dir() / f"listeners-{host}.txt").write_text(node(host, "ss", "-ltnp").stdout)
         ours = [(bound, port) for bound, port in listeners(host) if port != SSH]
-        expected = [(address, 9090), (address, 9100)] if host == NODES[0] else [(address, 9100)]
+        expected = [(address, 9090), (address, 9093), (address, 9100)] if host == NODES[0] else [(address, 9100)]
         assert ours == expected, (host, ours)
 
 
@@ -260,3 +261,41 @@ NOT_RECORDED = {
     "XGMI link errors": r"^instinct_gpu_xgmi_error[{ ]",
     "GPU memory (HBM) temperature": r'^instinct_gpu_temperature_celsius\{[^}]*sensor="memory"',
 }
+
+
+RUNBOOKS = "https://github.com/instinct-finetune/instinct.finetune/blob/main/docs/runbooks"
+
+
+def test_a_gpu_that_leaves_a_node_reaches_the_webhook_through_alertmanager(converged, alert_receiver):
+    """Issue 34: Alertmanager listens on node1's management address only (its cluster port off) and
+    Prometheus sends it its alerts. node2's GPU tools switch to a real recording of an MI300X node that
+    lists one GPU (ROCm/ROCm#5231, tests/fixtures/smi/SOURCES.md): InstinctGPUMissing fires and reaches
+    the webhook receiver the test started, with the absolute runbook link, then the GPUs come back."""
+    address = management_address(NODES[0])
+    assert listening(NODES[0], 9093) == [f"{address}:9093"]
+    assert "--cluster.listen-address= " in node(NODES[0], "cat", "/etc/default/prometheus-alertmanager").stdout
+    managers = [manager["url"] for manager in api("alertmanagers")["activeAlertmanagers"]]
+    assert len(managers) == 1 and managers[0].startswith(f"http://{address}:9093/api/"), managers
+    host = NODES[-1]
+    try:
+        node(host, "sh", "-c", "echo mi300x-vf-1gpu > /etc/instinct-sim/profile")
+        node(host, "systemctl", "start", "instinct-gpu-collector.service")
+        assert "instinct_gpu_count 1" in node(host, "cat", TEXTFILE).stdout
+        # The rule's 1m, a scrape and an evaluation (15 s each), Alertmanager's group_wait (5 s here).
+        deadline = time.monotonic() + 240
+        while not alert_receiver.alerts("InstinctGPUMissing", host) and time.monotonic() < deadline:
+            time.sleep(5)
+    finally:
+        node(host, "sh", "-c", "echo mi300x-8gpu > /etc/instinct-sim/profile")
+        node(host, "systemctl", "start", "instinct-gpu-collector.service")
+    fired = alert_receiver.alerts("InstinctGPUMissing", host)
+    assert fired, [p["body"].get("alerts") for p in alert_receiver.payloads]
+    alert = fired[0]
+    assert alert["annotations"]["runbook_url"] == f"{RUNBOOKS}/gpu-missing.md"
+    assert alert["annotations"]["description"].startswith(f"{host} sees 1 GPUs but should have 8"), alert
+    assert alert["labels"]["severity"] == "critical"
+    # Only node2 lost its GPUs.
+    assert alert_receiver.alerts("InstinctGPUMissing", NODES[0]) == []
+    assert AlertReceiver.URL in node(NODES[0], "cat", "/etc/prometheus/alertmanager.yml").stdout
+    assert node(NODES[0], "stat", "-c", "%a %U %G", "/etc/prometheus/alertmanager.yml").stdout.split() == [
+        "640", "root", "prometheus"]  # fmt: skip

@@ -151,6 +151,23 @@ def test_read_gpus_falls_back_to_rocm_smi_json_then_to_its_plain_views():
     assert len(problems) == 2 and problems[1].startswith("rocm-smi --json: rocm-smi --showtemp")
 
 
+def test_without_the_vram_view_the_concise_table_alone_counts_the_gpus():
+    """ROCm/ROCm#5231's node (one MI300X VF of an 8-GPU host) has no recorded VRAM view: the concise
+    table still gives the GPU count, the temperature and the power; VRAM and busy % stay unknown (left
+    out of the textfile, never 0), and the problem says why."""
+    one = (SMI / "rocmsmi-concise-1gpu-mi300xvf.txt").read_text()
+    source, records, problems = read_gpus(Tools({("rocm-smi", ROCM_SMI_CONCISE): one}))
+    assert source == "rocm-smi" and [r["index"] for r in records] == [0]
+    assert records[0]["temperatures"] == {"junction": 39.0}
+    assert (records[0]["power_w"], records[0]["power_limit_w"]) == (191.0, 750.0)
+    assert (records[0]["vram_used_bytes"], records[0]["utilization_percent"]) == (None, None)
+    assert problems[-1].startswith("rocm-smi: rocm-smi -u --showmeminfo vram exited 1; the concise table alone")
+    values = samples(gpu_textfile_samples({"source": source, "records": records, "at": 1.0}, expected=8))
+    assert values[("instinct_gpu_count", frozenset())] == 1
+    assert values[("instinct_gpu_expected_count", frozenset())] == 8
+    assert not any(name == "instinct_gpu_vram_used_bytes" for name, _labels in values)
+
+
 def test_read_gpus_reports_why_every_reader_failed():
     # amd-smi answers with something that is not its JSON; rocm-smi's views are cut short.
     tools = Tools(

@@ -44,6 +44,7 @@ PARSERS = {
     "rocmsmi-use-meminfo-vram-8gpu.txt": parse_rocm_smi_text,
     "rocmsmi-concise-8gpu.txt": parse_rocm_smi_concise,
     "rocmsmi-concise-8gpu-pwrcap-unsupported.txt": parse_rocm_smi_concise,
+    "rocmsmi-concise-1gpu-mi300xvf.txt": parse_rocm_smi_concise,
     "rocmsmi-mi250-gfx9010-rocm6.json": parse_rocm_smi_json,
 }
 
@@ -345,6 +346,14 @@ def test_rocm_smi_concise_8gpu():
     assert column(gpus, "power_limit_w") == [650.0] * 8
     assert column(gpus, "product_name") == [None] * 8
     assert column(gpus, "vram_total_bytes") == [None] * 8
+
+
+def test_rocm_smi_concise_of_one_mi300x_vf_with_a_wider_sclk_column():
+    # ROCm/ROCm#5231: one VF of an 8x MI300X host; SCLK is "2105Mhz", one character wider.
+    gpus = gpus_of("rocmsmi-concise-1gpu-mi300xvf.txt")
+    assert column(gpus, "index") == [0]
+    assert (column(gpus, "temperature_c"), column(gpus, "power_w")) == ([39.0], [191.0])
+    assert column(gpus, "power_limit_w") == [750.0]
 
 
 def test_rocm_smi_concise_unsupported_power_cap_is_unknown_for_that_gpu_only():
