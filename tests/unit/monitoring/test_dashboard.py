@@ -103,3 +103,48 @@ def test_the_panels_asked_for_are_there(dashboard, title, metrics):
     assert title in panels, f"no panel {title!r}"
     read = set().union(*(metric_names(target["expr"]) for target in panels[title]["targets"]))
     assert metrics <= read, f"panel {title!r} reads {sorted(read)}"
+
+
+# What the schema leaves out on purpose: a provisioned dashboard carries no database id (null), and the UI's
+# copy of a query variable's query (definition) is not in the schema's variable model.
+SCHEMA_EXEMPT = {"/id", "/templating/list[1]/definition", "/templating/list[2]/definition"}
+
+
+def _dropped(original, parsed, path=""):
+    """The paths of ``original`` that ``parsed`` (the schema model's JSON) does not carry."""
+    if isinstance(original, dict) and isinstance(parsed, dict):
+        for key, value in original.items():
+            if key not in parsed:
+                yield f"{path}/{key}"
+            else:
+                yield from _dropped(value, parsed[key], f"{path}/{key}")
+    elif isinstance(original, list) and isinstance(parsed, list):
+        for index, (value, other) in enumerate(zip(original, parsed, strict=False)):
+            yield from _dropped(value, other, f"{path}[{index}]")
+
+
+def schema_round_trip(document):
+    """The dashboard read into Grafana Labs' schema models (grafana-foundation-sdk, Grafana 11.6's schemas)
+    and written back: a key the schema does not know is not written back."""
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder  # noqa: PLC0415 - dev-only library
+    from grafana_foundation_sdk.cog.plugins import register_default_plugins  # noqa: PLC0415
+    from grafana_foundation_sdk.models.dashboard import Dashboard  # noqa: PLC0415
+
+    register_default_plugins()
+    return json.loads(json.dumps(Dashboard.from_json(document), cls=JSONEncoder))
+
+
+def test_every_key_of_the_dashboard_is_in_grafanas_schema(dashboard):
+    """Issue 34: the dashboard checked against a maintained Grafana schema library. Every key it sets
+    survives the round trip through Grafana 11.6's dashboard, panel (timeseries, stat, row) and
+    Prometheus query models, with its value; a misspelt key would be dropped."""
+    parsed = schema_round_trip(dashboard)
+    assert set(_dropped(dashboard, parsed)) == SCHEMA_EXEMPT
+    assert parsed["schemaVersion"] == dashboard["schemaVersion"]
+    for original, read in zip(dashboard["panels"], parsed["panels"], strict=True):
+        if read["type"] != "row":
+            assert read["targets"] == original["targets"] and read["gridPos"] == original["gridPos"]
+    # The check has teeth: a misspelt key of a panel is dropped by the schema.
+    broken = json.loads(json.dumps(dashboard))
+    broken["panels"][1]["tragets"] = broken["panels"][1].pop("targets")
+    assert "/panels[1]/tragets" in set(_dropped(broken, schema_round_trip(broken)))
