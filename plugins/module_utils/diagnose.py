@@ -28,6 +28,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils import (
     proxy,
     pystack,
     runlock,
+    slurm,
     torch_release,
     trainer_import,
 )
@@ -615,6 +616,29 @@ def _proxy(raw, settings):
     }
 
 
+def _slurm(raw, settings):
+    """Slurm on the node (the slurm role's, or a site's): whether it is installed, and what keeps the
+    node from taking a job: munge or slurmd not running, sinfo failing, the node not IDLE or not showing
+    its GPUs as GRES (slurm.node_problems, as the role's own check reads it)."""
+    if not raw.get("installed"):
+        return {"installed": False, "problems": []}
+    problems = [f"{unit} is {state or 'not active'}" for unit, state in (raw.get("units") or {}).items()
+                if state != "active"]  # fmt: skip
+    sinfo = raw.get("sinfo") or {}
+    host = raw.get("host") or "?"
+    if sinfo.get("rc") != 0:
+        problems.append(f"sinfo failed: {(sinfo.get('stderr') or '').strip()[-300:] or 'no output'}")
+    else:
+        expected = int(settings.get("expected_gpus") or 0)
+        try:
+            found = slurm.node_problems(sinfo.get("stdout") or "", {host: expected} if expected else {host: 0})
+        except slurm.SlurmError as error:
+            found = [f"sinfo's answer could not be read: {error}"]
+        # Without an expected count the node's GPUs are not judged, only its state.
+        problems += [p for p in found if expected or " GPUs, 0 expected" not in p]
+    return {"installed": True, "host": host, "problems": problems}
+
+
 def node_facts(raw, probes, settings):
     """The diagnose facts of one node.
 
@@ -648,6 +672,7 @@ def node_facts(raw, probes, settings):
         "proxy": lambda r: _proxy(r, settings),
         "preflight": _preflight,
         "lock": lambda r: _lock(r, raw.get("time") or 0),
+        "slurm": lambda r: _slurm(r, settings),
     }
     errors = {}
     for name, build in sections.items():

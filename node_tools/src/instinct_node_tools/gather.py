@@ -45,6 +45,7 @@ SECTIONS = (
     "proxy",
     "preflight",
     "lock",
+    "slurm",
 )
 # amdgpu kernel messages that mean a GPU or its memory is failing: failed probes and init, driver
 # errors, uncorrectable RAS errors, resets, ring timeouts, page faults. Healthy boot lines such as
@@ -465,6 +466,25 @@ def section_lock(settings):
     it, and when it last changed."""
     text, mtime = _text_and_mtime(settings["run_lock"])
     return {"text": text, "mtime": mtime}
+
+
+# sinfo's one line per node and partition, as the slurm role and plugins/module_utils/slurm.py read it.
+SINFO_FORMAT = "%N|%P|%T|%c|%m|%G|%E"
+
+
+def section_slurm(settings):
+    """Slurm on this node where it is installed: munge's and slurmd's state, and this node's line of
+    sinfo (by its short host name, the name slurm.conf gives it)."""
+    if shutil.which("sinfo") is None:
+        return {"installed": False}
+    host = socket.gethostname().split(".")[0]
+    active = {unit: run(["systemctl", "is-active", unit])["stdout"].strip() or None for unit in ("munge", "slurmd")}
+    return {
+        "installed": True,
+        "host": host,
+        "units": active,
+        "sinfo": run(["sinfo", "--Node", "--noheader", f"--format={SINFO_FORMAT}", f"--nodes={host}"]),
+    }
 
 
 # apt's resolved configuration: 'Acquire::http::Proxy "http://proxy:3128";' (every file, block syntax

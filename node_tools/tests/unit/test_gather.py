@@ -279,3 +279,21 @@ def test_the_run_lock_is_read_as_it_is_with_its_time(tmp_path):
     lock.write_text('{"id": "ctl:1:2"}\n')
     os.utime(lock, (1_800_000_000, 1_800_000_000))
     assert gather.section_lock({"run_lock": str(lock)}) == {"text": '{"id": "ctl:1:2"}\n', "mtime": 1_800_000_000.0}
+
+
+def test_slurm_is_read_where_it_is_installed(tmp_path, monkeypatch):
+    """Issue 35: this node's line of sinfo, by its short host name, and munge's and slurmd's state; a node
+    without Slurm says only that."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert gather.section_slurm({}) == {"installed": False}
+    calls = tmp_path / "calls"
+    for name, answer in (("sinfo", "node1|main*|idle|2|1900|gpu:8|none"), ("systemctl", "active")):
+        script = tmp_path / name
+        script.write_text(f"#!/bin/sh\necho \"{name} $*\" >> {calls}\necho '{answer}'\n")
+        script.chmod(0o755)
+    found = gather.section_slurm({})
+    host = socket.gethostname().split(".")[0]
+    assert found["installed"] is True and found["host"] == host
+    assert found["units"] == {"munge": "active", "slurmd": "active"}
+    assert found["sinfo"]["rc"] == 0 and found["sinfo"]["stdout"] == "node1|main*|idle|2|1900|gpu:8|none\n"
+    assert f"sinfo --Node --noheader --format=%N|%P|%T|%c|%m|%G|%E --nodes={host}" in calls.read_text()

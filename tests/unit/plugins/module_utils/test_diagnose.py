@@ -821,3 +821,43 @@ def test_a_job_whose_stability_report_failed_names_its_page_and_the_failing_chec
     assert facts["jobs"]["unstable"] == [{"job": "f", "failed": ["gpu_drop@node2", "vram_leak@node1"]}]
     passed = {"jobs": [dict(jobs["jobs"][0], stability={"verdict": "warn", "failed": []})]}
     assert runbooks(healthy_raw(jobs=passed))[0] == []
+
+
+# This node's line of sinfo in the collection's format (gather.section_slurm), values from the recordings
+# of tests/fixtures/slurm (a drained node with Slurm's own GRES reason; as test_slurm.py's SINFO_OUT).
+SINFO_DRAINED = (
+    "node1|mi300x*|drained*|192|2063000|gpu:mi300x:8(S:0-1)|gres/gpu count reported lower than configured (0 < 8)\n"
+)
+SINFO_IDLE = "node1|mi300x*|idle|192|2063000|gpu:mi300x:8(S:0-1)|none\n"
+
+
+def slurm_raw(stdout, rc=0, units=None):
+    return {"installed": True, "host": "node1", "units": units or {"munge": "active", "slurmd": "active"},
+            "sinfo": {"rc": rc, "stdout": stdout, "stderr": "" if rc == 0 else "slurm_load_node error"}}  # fmt: skip
+
+
+def test_a_slurm_node_that_cannot_take_a_job_names_the_slurm_page():
+    """Issue 35: Slurm's view of the node (the slurm role's, or a site's own): munge or slurmd down, sinfo
+    failing, the node not IDLE, its GPUs missing as GRES. A node without Slurm has nothing to say."""
+    assert runbooks(healthy_raw(slurm={"installed": False}))[0] == []
+    assert runbooks(healthy_raw(slurm=slurm_raw(SINFO_IDLE)), settings={"expected_gpus": 8})[0] == []
+    names, facts, _details = runbooks(healthy_raw(slurm=slurm_raw(SINFO_DRAINED)), settings={"expected_gpus": 8})
+    assert names == ["slurm.md"]
+    assert facts["slurm"]["problems"] == [
+        "node1: drained (not_responding), not idle, reason: gres/gpu count reported lower than configured (0 < 8)"
+    ]
+    names, facts, _details = runbooks(
+        healthy_raw(slurm=slurm_raw("", rc=1, units={"munge": "failed", "slurmd": "inactive"})),
+        settings={"expected_gpus": 8},
+    )
+    assert names == ["slurm.md"]
+    assert facts["slurm"]["problems"] == [
+        "munge is failed",
+        "slurmd is inactive",
+        "sinfo failed: slurm_load_node error",
+    ]
+    # Another GPU count as GRES than the node should have.
+    four = SINFO_IDLE.replace("gpu:mi300x:8", "gpu:mi300x:4")
+    assert runbooks(healthy_raw(slurm=slurm_raw(four)), settings={"expected_gpus": 8})[1]["slurm"]["problems"] == [
+        "node1: GRES gpu:mi300x:4(S:0-1) shows 4 GPUs, 8 expected"
+    ]
