@@ -52,18 +52,19 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("node_tools: %s" % error) from error
         result.update(version=version, venv=venv, changed=False)
         marker = os.path.join(venv, node_tools.MARKER)
+        wanted = node_tools.stamp(version, args.get("pins") or [])
 
         read = self._execute_module(
             module_name="ansible.builtin.slurp", module_args={"src": marker}, task_vars=task_vars
         )
         installed = None if read.get("failed") else to_text(base64.b64decode(read.get("content", ""))).strip()
         result["installed_before"] = installed
-        if installed == version:
+        if installed == wanted:
             return result
         result["changed"] = True
         result["diff"] = {
             "before": "%s\n" % (installed or "(none)"),
-            "after": "%s\n" % version,
+            "after": "%s\n" % wanted,
             "before_header": marker,
             "after_header": marker,
         }
@@ -117,7 +118,7 @@ class ActionModule(ActionBase):
                 "importing the node tools in %s" % venv,
             )
             self._command(
-                [python, "-c", "import sys; open(sys.argv[1], 'w').write(sys.argv[2] + '\\n')", marker, version],
+                [python, "-c", "import sys; open(sys.argv[1], 'w').write(sys.argv[2] + '\\n')", marker, wanted],
                 task_vars,
                 "writing %s" % marker,
             )

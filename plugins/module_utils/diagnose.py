@@ -631,7 +631,7 @@ def _slurm(raw, settings):
     else:
         expected = int(settings.get("expected_gpus") or 0)
         try:
-            found = slurm.node_problems(sinfo.get("stdout") or "", {host: expected} if expected else {host: 0})
+            found = slurm.node_problems(sinfo.get("stdout") or "", {host: expected}, busy_ok=True)
         except slurm.SlurmError as error:
             found = [f"sinfo's answer could not be read: {error}"]
         # Without an expected count the node's GPUs are not judged, only its state.

@@ -15,6 +15,7 @@ __metaclass__ = type
 import fcntl
 import glob
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -135,6 +136,15 @@ def wheel_for(args, collection_root):
     source = args.get("source") or os.path.join(collection_root, "node_tools")
     cache_dir = os.path.expanduser(args.get("cache_dir") or DEFAULT_CACHE)
     return build_wheel(source, cache_dir)
+
+
+def stamp(version, pins):
+    """What the venv's marker records: the node tools' version, and with pins a digest of them, so that
+    a changed pin (a security release of one) installs again even when the node tools did not change."""
+    if not pins:
+        return version
+    text = json.dumps(sorted((str(p["name"]), str(p["version"]), str(p["sha256"])) for p in pins))
+    return "%s pins:%s" % (version, hashlib.sha256(text.encode()).hexdigest()[:16])
 
 
 def requirements(wheel_path, wheel_sha256, pins):

@@ -797,6 +797,11 @@ _COMPACT_NODE_STATES = {
 }
 
 
+# A node that runs jobs is as healthy as an idle one; a re-run of the slurm role during a job, or the
+# diagnosis of a busy cluster, must not call it broken.
+BUSY_STATES = frozenset(("idle", "allocated", "mixed", "completing"))
+
+
 def parse_node_state(text):
     """A node state as sinfo (``idle``, ``drained*``, ``mix-``, ``drng@``, ``allocated+``) or
     scontrol (``IDLE+DRAIN``) print it: ``{"state", "flags", "responding", "usable"}``: state is the
@@ -824,6 +829,9 @@ def parse_node_state(text):
         "flags": flags,
         "responding": "not_responding" not in flags,
         "usable": state == "idle" and not flags,
+        # Working for the scheduler: idle, or running jobs (allocated, mixed, completing), responding
+        # and neither drained nor down nor anything else pending.
+        "healthy": state in BUSY_STATES and not set(flags) - {"completing"},
     }
 
 
@@ -905,24 +913,26 @@ def parse_sinfo_table(text):
 
 def sinfo_nodes(rows):
     """parse_sinfo's rows (one per node and partition) as one dict per node, in order:
-    ``{"node", "partitions", "state", "flags", "responding", "usable", "cpus", "memory_mb", "gres",
-    "gpus", "reason"}``."""
+    ``{"node", "partitions", "state", "flags", "responding", "usable", "healthy", "cpus", "memory_mb",
+    "gres", "gpus", "reason"}``."""
     nodes = {}
     for row in rows:
         for host in row["hosts"]:
             node = nodes.setdefault(host, {"node": host, "partitions": []})
             if row.get("partition") and row["partition"] not in node["partitions"]:
                 node["partitions"].append(row["partition"])
-            for key in ("state", "flags", "responding", "usable", "cpus", "memory_mb", "gres", "gpus", "reason"):
+            for key in ("state", "flags", "responding", "usable", "healthy", "cpus", "memory_mb", "gres", "gpus",
+                        "reason"):  # fmt: skip
                 if key in row:
                     node[key] = row[key]
     return list(nodes.values())
 
 
-def node_problems(sinfo_text, expected_gpus, fmt=SINFO_FORMAT):
+def node_problems(sinfo_text, expected_gpus, fmt=SINFO_FORMAT, busy_ok=False):
     """What stops a job from having every expected node whole: each node of ``expected_gpus``
     (name -> GPUs it must show as GRES) that sinfo does not list, that is not IDLE and responding
-    (with its state, flags and Slurm's reason), or whose GRES holds another number of GPUs. One
+    (with its state, flags and Slurm's reason), or whose GRES holds another number of GPUs. With
+    ``busy_ok``, a node running jobs (allocated, mixed, completing) is as good as an idle one. One
     sentence per problem; an empty list when all is well."""
     nodes = {node["node"]: node for node in sinfo_nodes(parse_sinfo(sinfo_text, fmt))}
     problems = []
@@ -931,10 +941,10 @@ def node_problems(sinfo_text, expected_gpus, fmt=SINFO_FORMAT):
         if node is None:
             problems.append(f"{name}: not in sinfo (not in slurm.conf, or in no partition this user sees)")
             continue
-        if not node.get("usable", False):
+        if not node.get("healthy" if busy_ok else "usable", False):
             flags = f" ({', '.join(node['flags'])})" if node.get("flags") else ""
             reason = f", reason: {node['reason']}" if node.get("reason") else ""
-            problems.append(f"{name}: {node.get('state')}{flags}, not idle{reason}")
+            problems.append(f"{name}: {node.get('state')}{flags}, not {'working' if busy_ok else 'idle'}{reason}")
         if "gpus" in node and node["gpus"] != int(gpus):
             problems.append(f"{name}: GRES {node.get('gres') or '(null)'} shows {node['gpus']} GPUs, {gpus} expected")
     return problems

@@ -20,7 +20,8 @@ description:
     setuptools, once per content hash (cached in O(cache_dir)), its version stamped
     C(<version>+<hash>).
   - Reads the marker file C(.instinct-node-tools) in O(venv) on the node; when it names that version
-    nothing else runs and nothing changes (one module call per venv on a re-run).
+    (and a digest of O(pins)) nothing else runs and nothing changes (one module call per venv on a
+    re-run); a changed pin installs again.
   - Otherwise creates the venv when O(python) is given and it is missing, copies the wheel over and
     installs it with pip in hash-checking mode (C(--require-hashes), C(--no-deps)), the wheel's
     sha256 and each of O(pins) with its own, imports the package, then writes the marker.

@@ -24,7 +24,6 @@ wheels. One line per transfer goes to stdout (the play shows them); a secret nev
 
 import argparse
 import base64
-import binascii
 import hmac
 import json
 import os
@@ -106,7 +105,7 @@ class Share:
             return None
         try:
             _user, colon, secret = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
+        except ValueError:  # not base64 (binascii.Error; non-ASCII too), or not UTF-8
             return None
         return self.peer_of_secret(secret) if colon else None
 
@@ -176,6 +175,20 @@ class _Counted:
         self.transfer(self.sent, self.exhausted)
 
 
+def _refusal(method, path):
+    """``(status, headers, body)`` for a request of a valid peer that the index does not serve, else None."""
+    # Reading only: pypiserver's upload and remove actions (POST) never reach it, whatever the secret.
+    if method not in ("GET", "HEAD"):
+        return "405 Method Not Allowed", [("Allow", "GET, HEAD")], b"a read-only index\n"
+    # wsgiref hands PATH_INFO over as latin-1; pypiserver's bottle reads it again as UTF-8, dropping what
+    # does not decode. Only an ASCII path is judged here as pypiserver will route it.
+    if not path.isascii():
+        return "400 Bad Request", [], b"not a path of this index\n"
+    if not (path.startswith(("/simple/", "/packages/")) or path == "/simple"):
+        return "404 Not Found", [], b"only /simple/ and /packages/ are served\n"
+    return None
+
+
 def share_app(share, index):
     """The WSGI app in front of pypiserver's ``index``: refuses and counts strays, keeps each peer to
     its list, and counts finished transfers toward the share."""
@@ -194,8 +207,13 @@ def share_app(share, index):
                 method = environ.get("REQUEST_METHOD")
                 print(f"refused {method} {path[:200]!r} from {client}: no valid secret", flush=True)
             return refuse(environ, start_response, "401 Unauthorized", "a peer of this share only")
+        refused = _refusal(environ.get("REQUEST_METHOD"), path)
+        if refused:
+            status, headers, why = refused
+            start_response(status, [("Content-Type", "text/plain"), *headers])
+            return [why]
         if not path.startswith("/packages/"):
-            # The index's pages (/simple/...): pypiserver answers them, and checks the secret again.
+            # The index's pages (/simple/): pypiserver answers them, and checks the secret again.
             return index(environ, start_response)
         # PATH_INFO is decoded already (a torch's "+" arrives as "+", sent as %2B).
         name = path[len("/packages/") :]
@@ -223,7 +241,7 @@ def share_app(share, index):
             if complete:
                 # Said before it counts: the last transfer ends the server.
                 print(f"sent {name} ({sent} bytes) to {client} ({peer}) in {took:.1f} s", flush=True)
-            elif str(answer.get("status", "")).startswith("200"):
+            elif str(answer.get("status", "")).startswith("200") and environ.get("REQUEST_METHOD") == "GET":
                 print(f"transfer of {name} to {client} ({peer}) broke after {sent} bytes", flush=True)
             share.end(peer, name, complete)
 
@@ -257,6 +275,8 @@ def index_app(share, directory):
 
     return pypiserver.app(
         roots=[directory],
+        # Listing and downloads need a peer's secret; upload and remove are refused before pypiserver
+        # (share_app passes GET and HEAD only), and authenticated here too in case one got through.
         authenticate=["download", "list", "update", "remove"],
         auther=lambda _user, secret: share.peer_of_secret(secret) is not None,
         disable_fallback=True,

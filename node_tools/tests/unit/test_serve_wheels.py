@@ -281,3 +281,47 @@ def test_the_idle_time_runs_only_while_no_transfer_runs():
     assert share.peer_of("Basic not-base64!") is None
     assert share.peer_of(SECRET2) is None
     assert share.peer_of(None) is None
+
+
+def raw_request(url, method="GET", token=None, body=None, headers=None):
+    """(status, body) of one request, whatever its method; the peer's secret as basic auth."""
+    headers = dict(headers or {})
+    if token:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"peer:{token}".encode()).decode()
+    request = urllib.request.Request(url, data=body, method=method, headers=headers)  # noqa: S310 - a local URL
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - a local http URL
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, b""
+
+
+def test_a_peer_cannot_upload_or_remove_through_the_index(wheel_index, wheels, free_port):
+    """Review of issue 32's index: with its own valid secret, a peer posted pypiserver's upload and
+    remove actions and changed the builder's wheel folder. The index is read-only: anything but GET and
+    HEAD is refused before pypiserver, and only /simple/ and /packages/ are served."""
+    server = Server(wheel_index, wheels, free_port(), {"node2": {"token": SECRET2, "files": [TORCH]}})
+    assert server.get("secret.txt", token=SECRET2) == (404, b"")  # up
+    boundary = "x" * 16
+    upload = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name=":action"\r\n\r\nfile_upload\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="content"; filename="evil-9.9-py3-none-any.whl"\r\n'
+        f"Content-Type: application/octet-stream\r\n\r\nevil\r\n--{boundary}--\r\n"
+    ).encode()
+    form = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    assert raw_request(f"{server.url}/", "POST", SECRET2, upload, form)[0] == 405
+    remove = b":action=remove_pkg&name=torch&version=2.13.0"
+    plain = {"Content-Type": "application/x-www-form-urlencoded"}
+    assert raw_request(f"{server.url}/", "POST", SECRET2, remove, plain)[0] == 405
+    assert not (wheels / "evil-9.9-py3-none-any.whl").exists() and (wheels / TORCH).exists()
+    # A path pypiserver's router would read otherwise (latin-1 in, UTF-8 with the byte dropped there).
+    assert raw_request(f"{server.url}/pack%FFages/{TORCH}", token=SECRET2)[0] == 400
+    assert raw_request(f"{server.url}/", token=SECRET2)[0] == 404
+    # A header that is not base64 at all is a stray, not an error.
+    assert raw_request(f"{server.url}/packages/{TORCH}", headers={"Authorization": "Basic é"})[0] == 401
+    time.sleep(1)
+    assert server.running()
+    assert server.get(TORCH, token=SECRET2) == (200, b"torch" * 1000)
+    status, _lines, err = server.finish()
+    assert status == 0, err
+    assert "Traceback" not in err

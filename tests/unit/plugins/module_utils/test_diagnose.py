@@ -844,8 +844,11 @@ def test_a_slurm_node_that_cannot_take_a_job_names_the_slurm_page():
     names, facts, _details = runbooks(healthy_raw(slurm=slurm_raw(SINFO_DRAINED)), settings={"expected_gpus": 8})
     assert names == ["slurm.md"]
     assert facts["slurm"]["problems"] == [
-        "node1: drained (not_responding), not idle, reason: gres/gpu count reported lower than configured (0 < 8)"
+        "node1: drained (not_responding), not working, reason: gres/gpu count reported lower than configured (0 < 8)"
     ]
+    # A node running a job is working: no finding on a busy cluster.
+    busy = SINFO_IDLE.replace("|idle|", "|mixed|")
+    assert runbooks(healthy_raw(slurm=slurm_raw(busy)), settings={"expected_gpus": 8})[0] == []
     names, facts, _details = runbooks(
         healthy_raw(slurm=slurm_raw("", rc=1, units={"munge": "failed", "slurmd": "inactive"})),
         settings={"expected_gpus": 8},

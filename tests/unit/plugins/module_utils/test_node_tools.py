@@ -79,3 +79,15 @@ def test_requirements_name_every_file_with_its_hash():
 def test_a_project_without_a_version_line_is_refused():
     with pytest.raises(ValueError, match="__version__"):
         node_tools.base_version("VERSION = '1'\n")
+
+
+def test_the_marker_changes_with_a_pin_so_that_a_pin_bump_installs_again():
+    """Review of issue 32's index venv: its marker named the node tools' version only, so a new pin (a
+    pypiserver security release) was never installed on a venv that had the old one."""
+    pins = [{"name": "pypiserver", "version": "2.3.2", "sha256": "67" * 32},
+            {"name": "packaging", "version": "24.2", "sha256": "09" * 32}]  # fmt: skip
+    assert node_tools.stamp("0.2.0+abc", []) == "0.2.0+abc"
+    stamped = node_tools.stamp("0.2.0+abc", pins)
+    assert stamped.startswith("0.2.0+abc pins:") and stamped == node_tools.stamp("0.2.0+abc", pins[::-1])
+    bumped = [dict(pins[0], version="2.3.3", sha256="68" * 32), pins[1]]
+    assert node_tools.stamp("0.2.0+abc", bumped) != stamped

@@ -493,6 +493,15 @@ def test_the_collections_sinfo_format_and_the_idle_check():
         "mi300-04: not in sinfo (not in slurm.conf, or in no partition this user sees)",
     ]
     assert node_problems(SINFO_OUT, {"mi300-01": 8, "login01": 0}) == []
+    # A re-run during a job: nodes that run jobs work; a drained one still does not.
+    busy = SINFO_OUT.replace("mi300-01|mi300x*|idle", "mi300-01|mi300x*|mixed").replace(
+        "login01|cpu|idle", "login01|cpu|allocated+"
+    )
+    assert node_problems(busy, {"mi300-01": 8, "login01": 0}) == ["mi300-01: mixed, not idle"]
+    assert node_problems(busy, {"mi300-01": 8, "login01": 0}, busy_ok=True) == []
+    assert node_problems(busy, {"mi300-02": 8}, busy_ok=True) == [
+        "mi300-02: drained (not_responding), not working, reason: gres/gpu count reported lower than configured (0 < 8)"
+    ]
     assert parse_sinfo("NODELIST|PARTITION|STATE|CPUS|MEMORY|GRES|REASON\n") == []
     with pytest.raises(SlurmError, match="sinfo line"):
         parse_sinfo("mi300-01|mi300x|idle")
