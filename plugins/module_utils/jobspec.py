@@ -667,9 +667,15 @@ def eval_parity(result, reference, tolerance=0.01):
     if theirs is None or not math.isfinite(theirs):
         problems.append(f"the reference holds no finite eval_loss ({reference.get('eval_loss')!r})")
     for key in _PARITY_SAME:
-        if key in result and key in reference and result[key] != reference[key]:
+        if key not in result or key not in reference:
+            # Not known on both sides is not the same: the rows scored could differ.
+            where = "here" if key not in result else "in the reference"
+            problems.append(f"{key} is not recorded {where}, so the two cannot be shown to score the same rows")
+        elif result[key] != reference[key]:
             problems.append(f"{key} is {result[key]!r} here and {reference[key]!r} in the reference")
     base_delta = _relative(_number(result.get("base_eval_loss")), _number(reference.get("base_eval_loss")))
+    if base_delta is None:
+        problems.append("the base model's eval loss is not recorded on both sides, so the models cannot be compared")
     if base_delta is not None and base_delta > tolerance:
         problems.append(
             f"the base model's eval loss differs by {base_delta:.2%} ({result.get('base_eval_loss')} here, "

@@ -216,20 +216,21 @@ _ROUTE_DEFAULTS = {"group_wait": "30s", "group_interval": "5m", "repeat_interval
 def alertmanager_problems(settings):
     """What is wrong with the receiver settings (``alertmanager_config``'s), each naming its variable."""
     problems = []
-    for url in settings.get("webhook_urls") or []:
-        if not isinstance(url, str) or not _URL.match(url):
-            problems.append(f"monitoring_alertmanager_webhook_urls holds {url!r}, not an http(s) URL")
+    for index, url in enumerate(settings.get("webhook_urls") or []):
+        # Named by its place, never echoed: a webhook URL often carries its token.
+        if not isinstance(url, str) or not _URL.fullmatch(url):
+            problems.append(f"monitoring_alertmanager_webhook_urls[{index}] is not an http(s) URL (no blanks)")
     email = settings.get("email") or {}
     given = {key: value for key, value in email.items() if value}
     if given and not all(given.get(key) for key in ("to", "from", "smarthost")):
         missing = [f"monitoring_alertmanager_email_{key}" for key in ("to", "from", "smarthost") if not given.get(key)]
         problems.append(f"the e-mail receiver needs {', '.join(missing)} too")
-    if given.get("smarthost") and not re.match(r"^[^\s:]+:[0-9]+$", str(given["smarthost"])):
+    if given.get("smarthost") and not re.fullmatch(r"[^\s:]+:[0-9]+", str(given["smarthost"])):
         problems.append(f"monitoring_alertmanager_email_smarthost is {given['smarthost']!r}, not HOST:PORT")
     if bool(given.get("auth_username")) != bool(given.get("auth_password")):
         problems.append("monitoring_alertmanager_email_auth_username and _auth_password go together")
     for key, value in (settings.get("route") or {}).items():
-        if not _DURATION.match(str(value)):
+        if not _DURATION.fullmatch(str(value)):
             problems.append(f"monitoring_alertmanager_{key} is {value!r}, not a duration such as 30s or 4h")
     return problems
 

@@ -907,9 +907,17 @@ def test_parity_refuses_evaluations_of_other_rows_or_another_base_model():
         parity = jobspec.eval_parity(FAULT_EVAL, dict(FAULT_EVAL, **change))
         assert parity["comparable"] is False and parity["within"] is False, change
         assert any(p.startswith(problem) for p in parity["problems"]), parity["problems"]
-    assert jobspec.eval_parity(FAULT_EVAL, "not a mapping")["problems"] == [
-        "the reference holds no finite eval_loss (None)"
-    ]
+    # A reference that says nothing of its rows proves nothing (review of issue 34).
+    bare = jobspec.eval_parity(FAULT_EVAL, {"eval_loss": FAULT_EVAL["eval_loss"]})
+    assert bare["comparable"] is False and bare["within"] is False
+    assert (
+        "seed is not recorded in the reference, so the two cannot be shown to score the same rows" in bare["problems"]
+    )
+    assert bare["problems"][-1].startswith("the base model's eval loss is not recorded on both sides")
+    assert (
+        jobspec.eval_parity(FAULT_EVAL, "not a mapping")["problems"][0]
+        == "the reference holds no finite eval_loss (None)"
+    )
     with pytest.raises(ValueError, match=r"evaluate_reference_tolerance is -0\.1"):
         jobspec.eval_parity(FAULT_EVAL, FAULT_EVAL, -0.1)
 
