@@ -221,7 +221,8 @@ def alertmanager_problems(settings):
         if not isinstance(url, str) or not _URL.fullmatch(url):
             problems.append(f"monitoring_alertmanager_webhook_urls[{index}] is not an http(s) URL (no blanks)")
     email = settings.get("email") or {}
-    given = {key: value for key, value in email.items() if value}
+    # require_tls is a switch with a default, not part of a receiver someone set.
+    given = {key: value for key, value in email.items() if value and key != "require_tls"}
     if given and not all(given.get(key) for key in ("to", "from", "smarthost")):
         missing = [f"monitoring_alertmanager_email_{key}" for key in ("to", "from", "smarthost") if not given.get(key)]
         problems.append(f"the e-mail receiver needs {', '.join(missing)} too")

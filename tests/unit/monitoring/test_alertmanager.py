@@ -53,7 +53,11 @@ def test_a_webhook_and_a_mailbox_receive_every_alert_and_amtool_accepts_it(tmp_p
 
 
 def test_without_a_receiver_the_alerts_stay_in_alertmanager_and_amtool_accepts_it(tmp_path):
-    config = alertmanager_config({"webhook_urls": [], "email": dict.fromkeys(EMAIL, ""), "route": {}})
+    # The role's defaults: every e-mail setting empty but require_tls, a switch that is on by default.
+    defaults = {"webhook_urls": [], "email": dict(dict.fromkeys(EMAIL, ""), require_tls=True),
+                "route": {"group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h"}}  # fmt: skip
+    assert alertmanager_problems(defaults) == []
+    config = alertmanager_config(defaults)
     assert config["receivers"] == [{"name": "instinct"}]
     rc, out = check_config(tmp_path, config)
     assert rc == 0, out
