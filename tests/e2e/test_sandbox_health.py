@@ -29,6 +29,10 @@ def report_dir():
     return sandbox.collect_dir() / "health"
 
 
+# The containers' shared cores: small matrices, one thread a node, a wide tolerance (the module's docstring).
+SANDBOX_BURNIN = {"health_burnin_matrix_size": 256, "health_burnin_cpu_threads": 1, "health_burnin_tolerance": 0.9}
+
+
 @pytest.fixture(scope="module")
 def health(converged, report_dir):
     for name in ("health.json", "health.md"):
@@ -37,10 +41,8 @@ def health(converged, report_dir):
         "health.yml",
         cmdline=sandbox.site_cmdline(),
         extravars={
-            "health_burnin_matrix_size": 256,
+            **SANDBOX_BURNIN,
             "health_burnin_seconds": 3,
-            "health_burnin_cpu_threads": 1,
-            "health_burnin_tolerance": 0.9,
             "health_allreduce_sizes_mb": [1, 4],
             "health_report_dir": str(report_dir),
         },
@@ -132,9 +134,7 @@ def test_a_soak_in_which_node2_loses_gpus_ends_with_a_failing_verdict_naming_the
             "health.yml",
             cmdline=sandbox.site_cmdline(),
             extravars={
-                "health_burnin_matrix_size": 256,
-                "health_burnin_cpu_threads": 1,
-                "health_burnin_tolerance": 0.9,
+                **SANDBOX_BURNIN,
                 "health_allreduce": False,
                 "health_soak_hours": SOAK_SECONDS / 3600,
                 "health_report_dir": str(soak_dir),
