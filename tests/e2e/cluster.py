@@ -138,3 +138,8 @@ class AlertReceiver:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+# The health check's burn-in on the containers' shared cores: small matrices, one thread a node, and a
+# tolerance so wide that it checks the path, not the figures (test_sandbox_health.py, the soak).
+SANDBOX_BURNIN = {"health_burnin_matrix_size": 256, "health_burnin_cpu_threads": 1, "health_burnin_tolerance": 0.9}

@@ -8,11 +8,13 @@ nodes, its no-change run and its drift are test_sandbox.py's."""
 
 import json
 import re
+import shutil
+import threading
 import time
 import urllib.parse
 
 import pytest
-from cluster import NODES, ROOT, AlertReceiver, node, sandbox
+from cluster import NODES, ROOT, SANDBOX_BURNIN, AlertReceiver, node, sandbox
 
 TEXTFILE = "/var/lib/prometheus/node-exporter/instinct_gpu.prom"
 
@@ -266,35 +268,96 @@ NOT_RECORDED = {
 RUNBOOKS = "https://github.com/instinct-finetune/instinct.finetune/blob/main/docs/runbooks"
 
 
-def test_a_gpu_that_leaves_a_node_reaches_the_webhook_through_alertmanager(converged, alert_receiver):
-    """Issue 34: Alertmanager listens on node1's management address only (its cluster port off) and
-    Prometheus sends it its alerts. node2's GPU tools switch to a real recording of an MI300X node that
-    lists one GPU (ROCm/ROCm#5231, tests/fixtures/smi/SOURCES.md): InstinctGPUMissing fires and reaches
-    the webhook receiver the test started, with the absolute runbook link, then the GPUs come back."""
+SOAK_SECONDS = 30  # health_soak_hours 1/120: two of the collector's samples after the switch
+BURNIN_WAIT = "Wait for the burn-in on every node"
+
+
+def test_node2_loses_its_gpus_in_a_soak_its_verdict_names_them_and_the_alert_reaches_the_webhook(
+    converged, alert_receiver
+):
+    """Issue 34, two paths over one GPU loss (the suite's last test of the GPU metrics: the nodes' tests
+    after it read no alert). Alertmanager listens on node1's management address only, its cluster port
+    off, and Prometheus sends it its alerts. A soak (health.yml -e health_soak_hours) burns in both nodes
+    under monitoring; 5 s in, node2's GPU tools switch to a real recording of an MI300X node that lists
+    one GPU (ROCm/ROCm#5231, tests/fixtures/smi/SOURCES.md). The soak's stability report fails naming
+    node2 and the GPUs that left (node1's pass), with its report and plots on the controller; and
+    InstinctGPUMissing reaches the webhook receiver the test started, with the absolute runbook link."""
     address = management_address(NODES[0])
     assert listening(NODES[0], 9093) == [f"{address}:9093"]
-    assert "--cluster.listen-address= " in node(NODES[0], "cat", "/etc/default/prometheus-alertmanager").stdout
+    defaults = node(NODES[0], "cat", "/etc/default/prometheus-alertmanager").stdout
+    assert re.search(r'--cluster\.listen-address=[ "]', defaults), defaults  # empty: no gossip port
     managers = [manager["url"] for manager in api("alertmanagers")["activeAlertmanagers"]]
     assert len(managers) == 1 and managers[0].startswith(f"http://{address}:9093/api/"), managers
     host = NODES[-1]
-    try:
+    soak_dir = sandbox.collect_dir() / "health" / "soak"
+    shutil.rmtree(soak_dir, ignore_errors=True)
+    timers = []
+
+    def switch():
         node(host, "sh", "-c", "echo mi300x-vf-1gpu > /etc/instinct-sim/profile")
         node(host, "systemctl", "start", "instinct-gpu-collector.service")
+
+    def at_the_burnin(event):
+        data = event.get("event_data") or {}
+        if event.get("event") == "playbook_on_task_start" and data.get("task") == BURNIN_WAIT and not timers:
+            timers.append(threading.Timer(5, switch))
+            timers[0].start()
+
+    try:
+        soak = sandbox.run_playbook(
+            "health.yml",
+            cmdline=sandbox.site_cmdline(),
+            extravars={
+                **SANDBOX_BURNIN,
+                "health_allreduce": False,
+                "health_soak_hours": SOAK_SECONDS / 3600,
+                "health_report_dir": str(soak_dir),
+            },
+            on_event=at_the_burnin,
+        )
+        sandbox.write_report("health-soak", soak)
+        assert timers, "the soak never started its burn-in"
+        timers[0].join()
         assert "instinct_gpu_count 1" in node(host, "cat", TEXTFILE).stdout
-        # The rule's 1m, a scrape and an evaluation (15 s each), Alertmanager's group_wait (5 s here).
-        deadline = time.monotonic() + 240
+        # The rule's 1m, a scrape and an evaluation (15 s each) and Alertmanager's group_wait (5 s here),
+        # counted from the switch: partly spent while the soak ran and was judged.
+        deadline = time.monotonic() + 200
         while not alert_receiver.alerts("InstinctGPUMissing", host) and time.monotonic() < deadline:
             time.sleep(5)
     finally:
+        for timer in timers:
+            timer.join()
         node(host, "sh", "-c", "echo mi300x-8gpu > /etc/instinct-sim/profile")
         node(host, "systemctl", "start", "instinct-gpu-collector.service")
+    the_soak_failed_naming_node2s_gpus(soak, soak_dir, host)
+    the_alert_reached_the_webhook(alert_receiver, host)
+
+
+def the_soak_failed_naming_node2s_gpus(soak, soak_dir, host):
+    """The soak's verdict, made on the first node, which fails the run with it."""
+    assert soak.rc != 0 and soak.failed_hosts() == [NODES[0]], soak.failures
+    message = " ".join(str(f["msg"]) for f in soak.failures)
+    assert "the stability report of soak soak-" in message and "docs/runbooks/stability.md" in message
+    (report,) = soak_dir.glob("soak-*/stability/report.json")
+    judged = json.loads(report.read_text())
+    assert judged["verdict"] == "fail"
+    drops = {v["node"]: v for v in judged["verdicts"] if v["check"] == "gpu_drop"}
+    assert drops[host]["verdict"] == "fail" and drops[host]["gpu"] == "1,2,3,4,5,6,7", drops[host]
+    assert "instinct_gpu_count fell to 1 (expected 8)" in drops[host]["detail"]
+    assert drops[NODES[0]]["verdict"] == "pass"
+    # A soak has no training series: every verdict is of a node or a GPU.
+    assert {v["node"] for v in judged["verdicts"]} <= set(NODES)
+    assert report.with_name("report.md").is_file() and list(report.parent.glob("plots/*.png"))
+
+
+def the_alert_reached_the_webhook(alert_receiver, host):
+    """InstinctGPUMissing of node2 alone, through Alertmanager, with the absolute runbook link."""
     fired = alert_receiver.alerts("InstinctGPUMissing", host)
     assert fired, [p["body"].get("alerts") for p in alert_receiver.payloads]
     alert = fired[0]
     assert alert["annotations"]["runbook_url"] == f"{RUNBOOKS}/gpu-missing.md"
     assert alert["annotations"]["description"].startswith(f"{host} sees 1 GPUs but should have 8"), alert
     assert alert["labels"]["severity"] == "critical"
-    # Only node2 lost its GPUs.
     assert alert_receiver.alerts("InstinctGPUMissing", NODES[0]) == []
     assert AlertReceiver.URL in node(NODES[0], "cat", "/etc/prometheus/alertmanager.yml").stdout
     assert node(NODES[0], "stat", "-c", "%a %U %G", "/etc/prometheus/alertmanager.yml").stdout.split() == [
