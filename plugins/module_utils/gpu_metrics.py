@@ -236,27 +236,24 @@ def read_rocm_smi_plain(concise_text, use_vram_text):
     temperature and power, and no VRAM bytes or busy % (a GPU count is what an alert needs most)."""
     what = "rocm-smi -u --showmeminfo vram"
     concise = {gpu["index"]: gpu for gpu in parse_rocm_smi_concise(concise_text)["gpus"]}
-    if use_vram_text is None:
-        sensor = _concise_sensor(concise_text)
-        records = []
-        for index in sorted(concise):
-            record = _from_gpu_record(empty_record(index), concise[index])
-            if concise[index]["temperature_c"] is not None:
-                record["temperatures"][sensor] = concise[index]["temperature_c"]
-            records.append(record)
-        return records
-    memory = {gpu["index"]: gpu for gpu in parse_rocm_smi_text(use_vram_text)["gpus"]}
-    cards = _text_cards(_text_log(use_vram_text, what))
-    if set(concise) != set(memory):
-        raise _unparsable(f"rocm-smi's concise table lists GPUs {sorted(concise)} but '{what}' lists {sorted(memory)}.")
+    memory, cards = {}, {}
+    if use_vram_text is not None:
+        memory = {gpu["index"]: gpu for gpu in parse_rocm_smi_text(use_vram_text)["gpus"]}
+        cards = _text_cards(_text_log(use_vram_text, what))
+        if set(concise) != set(memory):
+            raise _unparsable(
+                f"rocm-smi's concise table lists GPUs {sorted(concise)} but '{what}' lists {sorted(memory)}."
+            )
     sensor = _concise_sensor(concise_text)
     records = []
     for index in sorted(concise):
         record = _from_gpu_record(empty_record(index), concise[index])
-        _from_gpu_record(record, memory[index])
+        if index in memory:
+            _from_gpu_record(record, memory[index])
         if concise[index]["temperature_c"] is not None:
             record["temperatures"][sensor] = concise[index]["temperature_c"]
-        _card_extras(record, cards.get(index, {}), f"{what}: GPU[{index}]")
+        if index in memory:
+            _card_extras(record, cards.get(index, {}), f"{what}: GPU[{index}]")
         records.append(record)
     return records
 
