@@ -339,13 +339,15 @@ def main(argv):
         )
         return 4
     server.set_app(share_app(share, index))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     files = sorted({name for entry in plan.values() for name in entry["files"]})
+    # Said before the first request is answered (the socket listens already; a peer that connects now
+    # waits in its backlog), so that the log reads in order: what is served, then each request.
     print(
         f"serving {len(files)} wheel(s) of {args.directory} as a package index on {args.address}:{args.port} to "
         f"{len(plan)} peer(s) for {share.total} transfer(s)",
         flush=True,
     )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     while (verdict := share.verdict()) is None:
         share.done.wait(0.5)
     server.shutdown()
