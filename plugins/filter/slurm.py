@@ -1,5 +1,5 @@
-"""Filters for Slurm: the batch script of a fine-tune, the cluster's configuration files, and what
-keeps nodes from taking a job (read from sinfo)."""
+"""Filters for Slurm: the batch script of a fine-tune and the cluster's configuration files (what keeps
+nodes from taking a job is read from sinfo by the slurm_nodes_ready action)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -16,5 +16,4 @@ class FilterModule:
         return {
             "slurm_batch_script": _wrap(slurm.sbatch_script),
             "slurm_config_files": _wrap(slurm.slurm_config_files),
-            "slurm_node_problems": _wrap(slurm.node_problems),
         }

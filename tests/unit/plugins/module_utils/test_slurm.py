@@ -991,9 +991,8 @@ def test_a_default_partition_holds_every_node():
 # --- the filters ---------------------------------------------------------------------------------
 def test_the_filters_wrap_errors_for_ansible():
     filters = FilterModule().filters()
-    assert set(filters) == {"slurm_batch_script", "slurm_config_files", "slurm_node_problems"}
+    assert set(filters) == {"slurm_batch_script", "slurm_config_files"}
     assert filters["slurm_batch_script"](job()) == TWO_NODES
-    assert filters["slurm_node_problems"](SINFO_OUT, {"mi300-01": 8}) == []
     with pytest.raises(AnsibleFilterError, match="sbatch_script"):
         filters["slurm_batch_script"](job(name="a|b"))
     assert SQUEUE_FORMAT.count("|") == 7
