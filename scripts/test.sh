@@ -277,7 +277,7 @@ do_all() {
   # The check lane, in this terminal. The e2e lane is the longer one: the check lane's own processes
   # (linters, pytest, ansible-playbook) yield the CPUs to it and take what it leaves idle (its waits on
   # apt, pip and training steps). The scenarios' containers are Docker's children: the sandbox's nodes
-  # have twice their CPU weight (cpu_shares in molecule/resources/sandbox/up.yml).
+  # have more CPU weight than they do (cpu_shares in molecule/resources/sandbox/up.yml).
   (
     renice -n 10 -p "$BASHPID" >/dev/null || true
     # shellcheck disable=SC2031  # each lane's stages report to its own file, in its own subshell

@@ -54,7 +54,8 @@ class ActionModule(ActionBase):
         if res.get("unreachable"):
             return res, None
         rc = res.get("rc", 1)
-        return res, (rc, res.get("stdout", ""), res.get("stderr", res.get("msg", "")))
+        # The command module always returns stderr; a command that could not start says why in msg.
+        return res, (rc, res.get("stdout", ""), res.get("stderr") or res.get("msg") or res.get("module_stderr", ""))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -69,7 +70,13 @@ class ActionModule(ActionBase):
                 "progress_interval": {"type": "float", "default": 30},
             }
         )
-        host = task_vars.get("inventory_hostname", "?")
+        # The host sinfo runs on: the Slurm controller the task is delegated to, else the task's own.
+        host = self._task.delegate_to or task_vars.get("inventory_hostname", "?")
+        if self._task.check_mode:
+            # sinfo through the command module does nothing in check mode: a wait would only time out.
+            msg = f"{host}: check mode; a real run waits here for Slurm's nodes."
+            result.update(skipped=True, changed=False, msg=msg)
+            return result
         expected = {str(name): int(gpus) for name, gpus in args["expected"].items()}
         poll = max(args["poll"], 1)
         start = time.monotonic()

@@ -57,8 +57,8 @@ attributes:
   check_mode:
     support: none
     description: >-
-      Runs C(sinfo) through M(ansible.builtin.command), which does nothing in check mode; the role
-      skips the wait there.
+      Skipped in check mode, with a message saying what a real run waits for: C(sinfo) runs through
+      M(ansible.builtin.command), which does nothing in check mode.
   diff_mode:
     support: none
     description: Returns no diff.

@@ -49,13 +49,14 @@ def shown(monkeypatch):
     return lines
 
 
-def make_action(args, answers):
+def make_action(args, answers, delegate_to=None, check_mode=False):
     """The action with its task's options and the command module's answers in turn (the last one
     repeats); records every module call."""
     task = MagicMock()
     task.args = args
     task.async_val = 0
-    task.check_mode = False
+    task.check_mode = check_mode
+    task.delegate_to = delegate_to
     task.action = "instinct.finetune.slurm_nodes_ready"
     connection = MagicMock()
     connection._shell.tmpdir = None
@@ -78,8 +79,9 @@ def answer(stdout, rc=0, stderr=""):
 
 def test_it_reads_sinfo_until_every_node_is_ready_with_a_line_per_interval(clock, shown):
     args = {"sinfo_argv": SINFO, "expected": EXPECTED, "timeout": 120, "poll": 5, "progress_interval": 10}
-    action, calls = make_action(args, [answer(STARTING)] * 5 + [answer(READY)])
-    result = action.run(task_vars={"inventory_hostname": "mi300-01"})
+    # Run once for the play and delegated to the Slurm controller: the lines name the controller.
+    action, calls = make_action(args, [answer(STARTING)] * 5 + [answer(READY)], delegate_to="mi300-01")
+    result = action.run(task_vars={"inventory_hostname": "login01"})
     assert result["ready"] is True and result["problems"] == [] and result["changed"] is False
     assert result["waited"] == 25 and result["rc"] == 0 and result["stdout_lines"] == READY.splitlines()
     # sinfo through the command module, as an argv, once a poll.
@@ -112,6 +114,22 @@ def test_a_busy_node_is_ready_on_a_re_run_during_a_job(clock, shown):
     action, _calls = make_action(dict(args, busy_ok=True), [answer(busy)])
     result = action.run(task_vars={})
     assert result["ready"] is True and clock.slept == [5] * 12
+
+
+def test_check_mode_reads_nothing_and_waits_for_nothing(clock):
+    args = {"sinfo_argv": SINFO, "expected": EXPECTED, "timeout": 60}
+    action, calls = make_action(args, [answer(READY)], delegate_to="mi300-01", check_mode=True)
+    result = action.run(task_vars={"inventory_hostname": "mi300-01"})
+    assert result["skipped"] is True and result["changed"] is False
+    assert result["msg"] == "mi300-01: check mode; a real run waits here for Slurm's nodes."
+    assert calls == [] and clock.slept == []
+
+
+def test_a_sinfo_that_cannot_start_is_named_by_the_command_modules_message(clock):
+    why = "[Errno 2] No such file or directory: b'sinfo'"
+    missing = {"rc": 2, "stdout": "", "stderr": "", "failed": True, "msg": why}
+    action, _calls = make_action({"sinfo_argv": SINFO, "expected": EXPECTED, "timeout": 0}, [missing])
+    assert action.run(task_vars={})["problems"] == [f"sinfo failed (rc 2): {why}"]
 
 
 def test_a_failing_sinfo_and_an_unreadable_output_are_the_problems_named():
