@@ -14,6 +14,7 @@ from ansible_collections.instinct.finetune.plugins.action.async_wait import (
     progress_line,
     timeout_message,
 )
+from tests.unit.clock import Clock
 
 JID = "j466181046419.1234"
 
@@ -79,26 +80,10 @@ def test_the_timeout_names_host_label_limit_job_and_log():
     assert JID in msg and "/var/log/build.log" in msg
 
 
-class Clock:
-    """time.monotonic and time.sleep for the loop: sleeping moves the clock, nothing waits."""
-
-    def __init__(self):
-        self.now = 1000.0
-        self.slept = []
-
-    def monotonic(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.slept.append(seconds)
-        self.now += seconds
-
-
 @pytest.fixture
 def clock(monkeypatch):
     clock = Clock()
-    monkeypatch.setattr(async_wait.time, "monotonic", clock.monotonic)
-    monkeypatch.setattr(async_wait.time, "sleep", clock.sleep)
+    monkeypatch.setattr(async_wait, "time", clock)
     return clock
 
 

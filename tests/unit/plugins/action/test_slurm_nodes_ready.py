@@ -9,6 +9,7 @@ import pytest
 
 from ansible_collections.instinct.finetune.plugins.action import slurm_nodes_ready
 from ansible_collections.instinct.finetune.plugins.action.slurm_nodes_ready import progress_line, read_problems
+from tests.unit.clock import Clock
 
 SINFO = ["sinfo", "--Node", "--noheader", "--format=%N|%P|%T|%c|%m|%G|%E"]
 EXPECTED = {"mi300-01": 8, "mi300-02": 8}
@@ -19,26 +20,10 @@ READY = NODE1 + "mi300-02|mi300x*|idle|192|2063000|gpu:mi300x:8(S:0-1)|none\n"
 ONE_GPU_SHORT = NODE1 + "mi300-02|mi300x*|idle|192|2063000|gpu:mi300x:7(S:0-1)|none\n"
 
 
-class Clock:
-    """time.monotonic and time.sleep for the loop: sleeping moves the clock, nothing waits."""
-
-    def __init__(self):
-        self.now = 500.0
-        self.slept = []
-
-    def monotonic(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.slept.append(seconds)
-        self.now += seconds
-
-
 @pytest.fixture
 def clock(monkeypatch):
     clock = Clock()
-    monkeypatch.setattr(slurm_nodes_ready.time, "monotonic", clock.monotonic)
-    monkeypatch.setattr(slurm_nodes_ready.time, "sleep", clock.sleep)
+    monkeypatch.setattr(slurm_nodes_ready, "time", clock)
     return clock
 
 

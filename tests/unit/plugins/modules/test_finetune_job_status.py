@@ -12,6 +12,7 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.instinct.finetune.plugins.module_utils.jobstate import checkpoints
 from ansible_collections.instinct.finetune.plugins.modules import finetune_job_status
+from tests.unit.clock import Clock
 from tests.unit.conftest import FIXTURES
 from tests.unit.conftest import run_module as conftest_run_module
 from tests.unit.plugins.module_utils.test_jobstate import PERMISSION_ERROR, RANK1_LOG
@@ -81,25 +82,6 @@ def test_checkpoint_listing_of_a_real_output_folder(tmp_path):
         {"name": "checkpoint-30", "step": 30, "complete": False},
     ]
     assert finetune_job_status._checkpoint_listing(str(tmp_path / "never-created")) == {}
-
-
-class Clock:
-    """time for the module: monotonic() moves only when the module sleeps."""
-
-    def __init__(self):
-        self.now = 1000.0
-        self.slept = []
-
-    def monotonic(self):
-        return self.now
-
-    def time(self):
-        """Wall time, moving with monotonic()."""
-        return 1_796_000_000.0 + self.now
-
-    def sleep(self, seconds):
-        self.slept.append(seconds)
-        self.now += seconds
 
 
 def run_main(monkeypatch, capsys, params, answers, on_call=None):
