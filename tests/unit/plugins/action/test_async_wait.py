@@ -15,6 +15,7 @@ from ansible_collections.instinct.finetune.plugins.action.async_wait import (
     timeout_message,
 )
 from tests.unit.clock import Clock
+from tests.unit.plugins.action import mock_action
 
 JID = "j466181046419.1234"
 
@@ -97,15 +98,8 @@ def shown(monkeypatch):
 def make_action(args, statuses, log_tail="", check_mode=False):
     """The action with its task's options, the node's async_status answers in turn (the last one
     repeats) and tail's output; records every module call."""
-    task = MagicMock()
-    task.args = args
-    task.async_val = 0
-    task.check_mode = check_mode
-    task.action = "instinct.finetune.async_wait"
-    connection = MagicMock()
-    connection._shell.tmpdir = None
-    connection._shell.join_path = lambda *parts: "/".join(parts)
-    action = async_wait.ActionModule(task, connection, MagicMock(), MagicMock(), MagicMock(), MagicMock())
+    action = mock_action(async_wait, args, check_mode=check_mode)
+    action._connection._shell.join_path = lambda *parts: "/".join(parts)
     answers = list(statuses)
     calls = []
 

@@ -7,13 +7,13 @@ keyring dearmored as apt-key does it, then gpgv)."""
 
 import os
 import subprocess
-from unittest.mock import MagicMock
 
 import pytest
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.instinct.finetune.plugins.action import pinned_key
 from ansible_collections.instinct.finetune.plugins.module_utils import openpgp
+from tests.unit.plugins.action import mock_action
 
 URL = "https://repo.radeon.com/rocm/rocm.gpg.key"
 RUNBOOK = "docs/runbooks/rocm-repository.md"
@@ -90,13 +90,7 @@ def apt_accepts(tmp_path, keyring_text, signature, signed):
 
 
 def run(args, check_mode=False):
-    task = MagicMock()
-    task.args = {"url": URL, "runbook": RUNBOOK, "hint": HINT, **args}
-    task.async_val = 0
-    task.check_mode = check_mode
-    connection = MagicMock()
-    connection._shell.tmpdir = None
-    action = pinned_key.ActionModule(task, connection, MagicMock(), MagicMock(), MagicMock(), MagicMock())
+    action = mock_action(pinned_key, {"url": URL, "runbook": RUNBOOK, "hint": HINT, **args}, check_mode=check_mode)
     return action.run(task_vars={"inventory_hostname": "node1"})
 
 

@@ -2,12 +2,11 @@
 the decision returned for the tasks that fail the nodes, never a failure of its own on the nodes'
 problems (a failed run_once task would fail every node), and a clear refusal of a malformed record."""
 
-from unittest.mock import MagicMock
-
 import pytest
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.instinct.finetune.plugins.action import problem_report
+from tests.unit.plugins.action import mock_action
 from tests.unit.plugins.module_utils.test_problems import DISK, MEMORY
 
 ARGS = {"var": "preflight_problems", "stage": "preflight", "runbook": "preflight.md"}
@@ -21,13 +20,7 @@ def shown(monkeypatch):
 
 
 def run(args, hostvars, play_hosts=("node1", "node2"), remaining=None):
-    task = MagicMock()
-    task.args = args
-    task.async_val = 0
-    task.check_mode = False
-    connection = MagicMock()
-    connection._shell.tmpdir = None
-    action = problem_report.ActionModule(task, connection, MagicMock(), MagicMock(), MagicMock(), MagicMock())
+    action = mock_action(problem_report, args)
     task_vars = {"hostvars": hostvars, "ansible_play_hosts_all": list(play_hosts)}
     if remaining is not None:
         task_vars["ansible_play_hosts"] = list(remaining)

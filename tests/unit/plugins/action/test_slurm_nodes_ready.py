@@ -10,6 +10,7 @@ import pytest
 from ansible_collections.instinct.finetune.plugins.action import slurm_nodes_ready
 from ansible_collections.instinct.finetune.plugins.action.slurm_nodes_ready import progress_line, read_problems
 from tests.unit.clock import Clock
+from tests.unit.plugins.action import mock_action
 
 SINFO = ["sinfo", "--Node", "--noheader", "--format=%N|%P|%T|%c|%m|%G|%E"]
 EXPECTED = {"mi300-01": 8, "mi300-02": 8}
@@ -37,15 +38,7 @@ def shown(monkeypatch):
 def make_action(args, answers, delegate_to=None, check_mode=False):
     """The action with its task's options and the command module's answers in turn (the last one
     repeats); records every module call."""
-    task = MagicMock()
-    task.args = args
-    task.async_val = 0
-    task.check_mode = check_mode
-    task.delegate_to = delegate_to
-    task.action = "instinct.finetune.slurm_nodes_ready"
-    connection = MagicMock()
-    connection._shell.tmpdir = None
-    action = slurm_nodes_ready.ActionModule(task, connection, MagicMock(), MagicMock(), MagicMock(), MagicMock())
+    action = mock_action(slurm_nodes_ready, args, check_mode=check_mode, delegate_to=delegate_to)
     pending = list(answers)
     calls = []
 

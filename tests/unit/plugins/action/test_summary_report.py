@@ -2,11 +2,10 @@
 and summary.md written on the controller, left alone when it holds the same table, and not written
 in check mode."""
 
-from unittest.mock import MagicMock
-
 import pytest
 
 from ansible_collections.instinct.finetune.plugins.action import summary_report
+from tests.unit.plugins.action import mock_action
 from tests.unit.plugins.filter.test_summary import HOSTVARS
 
 
@@ -25,13 +24,7 @@ def shown(monkeypatch, warned):
 
 
 def run(args, check_mode=False, play_hosts=("mi300x-01", "mi300x-02", "cpu-01"), remaining=None, hostvars=None):
-    task = MagicMock()
-    task.args = args
-    task.async_val = 0
-    task.check_mode = check_mode
-    connection = MagicMock()
-    connection._shell.tmpdir = None
-    action = summary_report.ActionModule(task, connection, MagicMock(), MagicMock(), MagicMock(), MagicMock())
+    action = mock_action(summary_report, args, check_mode=check_mode)
     task_vars = {"hostvars": hostvars or HOSTVARS, "ansible_play_hosts_all": list(play_hosts)}
     if remaining is not None:
         task_vars["ansible_play_hosts"] = list(remaining)
