@@ -15,7 +15,7 @@ from ansible_collections.instinct.finetune.plugins.action.async_wait import (
     timeout_message,
 )
 from tests.unit.clock import Clock
-from tests.unit.plugins.action import mock_action
+from tests.unit.plugins.action.mock import mock_action
 
 JID = "j466181046419.1234"
 

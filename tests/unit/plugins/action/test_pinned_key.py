@@ -13,7 +13,7 @@ from ansible.errors import AnsibleActionFail
 
 from ansible_collections.instinct.finetune.plugins.action import pinned_key
 from ansible_collections.instinct.finetune.plugins.module_utils import openpgp
-from tests.unit.plugins.action import mock_action
+from tests.unit.plugins.action.mock import mock_action
 
 URL = "https://repo.radeon.com/rocm/rocm.gpg.key"
 RUNBOOK = "docs/runbooks/rocm-repository.md"

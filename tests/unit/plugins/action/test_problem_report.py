@@ -6,7 +6,7 @@ import pytest
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.instinct.finetune.plugins.action import problem_report
-from tests.unit.plugins.action import mock_action
+from tests.unit.plugins.action.mock import mock_action
 from tests.unit.plugins.module_utils.test_problems import DISK, MEMORY
 
 ARGS = {"var": "preflight_problems", "stage": "preflight", "runbook": "preflight.md"}

@@ -10,7 +10,7 @@ import pytest
 from ansible_collections.instinct.finetune.plugins.action import slurm_nodes_ready
 from ansible_collections.instinct.finetune.plugins.action.slurm_nodes_ready import progress_line, read_problems
 from tests.unit.clock import Clock
-from tests.unit.plugins.action import mock_action
+from tests.unit.plugins.action.mock import mock_action
 
 SINFO = ["sinfo", "--Node", "--noheader", "--format=%N|%P|%T|%c|%m|%G|%E"]
 EXPECTED = {"mi300-01": 8, "mi300-02": 8}

@@ -5,7 +5,7 @@ in check mode."""
 import pytest
 
 from ansible_collections.instinct.finetune.plugins.action import summary_report
-from tests.unit.plugins.action import mock_action
+from tests.unit.plugins.action.mock import mock_action
 from tests.unit.plugins.filter.test_summary import HOSTVARS
 
 
