@@ -141,5 +141,5 @@ class AlertReceiver:
 
 
 # The health check's burn-in on the containers' shared cores: small matrices, one thread a node, and a
-# tolerance so wide that it checks the path, not the figures (test_sandbox_health.py, the soak).
+# tolerance so wide that it checks the path, not the figures (test_sandbox_monitoring.py's soak).
 SANDBOX_BURNIN = {"health_burnin_matrix_size": 256, "health_burnin_cpu_threads": 1, "health_burnin_tolerance": 0.9}
