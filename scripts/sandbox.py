@@ -48,11 +48,8 @@ def nodes():
 
 
 def cache_dir():
-    """The sandbox's state: $INSTINCT_CACHE_DIR/sandbox, by default ~/.cache/instinct-finetune/sandbox."""
-    base = os.environ.get("INSTINCT_CACHE_DIR") or (
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "instinct-finetune"
-    )
-    path = Path(base) / "sandbox"
+    """The sandbox's state (the inventory's state_dir(): its SSH key lives there too)."""
+    path = _inventory_script().state_dir()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
