@@ -14,6 +14,13 @@ running is stopped when one died, was lost or the job stalled. So a job of any n
 by one Ansible worker; the loop in one task keeps the play at a constant depth and the controller at
 a constant memory however many rounds the job takes (a task that included itself once per round
 died of recursion after about 246 rounds).
+
+With ``launcher: slurm`` the job is one Slurm batch job for every node: each rank's read runs
+finetune_job_status with ``launcher: slurm`` (squeue and sacct on the node), and stopping every rank
+is one ``scancel JOBID`` run through ``ansible.legacy.command`` on ``slurm_controller`` (the first
+rank unless another inventory host is named), reached as the ranks are. A rank whose job waits for
+an allocation reads as running with ``slurm.phase`` pending: its progress line says ``pending``
+with Slurm's reason, and it reports no idle time, so a job waiting for nodes is never stalled.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -44,12 +51,21 @@ from ansible_collections.instinct.finetune.plugins.module_utils.jobstate import 
     watch_entry,
     watch_waiter,
 )
+from ansible_collections.instinct.finetune.plugins.module_utils.slurm import (
+    SlurmError,
+    parse_sbatch_parsable,
+    scancel_argv,
+)
+from ansible_collections.instinct.finetune.plugins.module_utils.slurm_jobstate import pending_lines
 
 display = Display()
 
 STATUS_MODULE = "instinct.finetune.finetune_job_status"
 STOP_MODULE = "ansible.legacy.systemd_service"
 RUNBOOK = "docs/runbooks/finetune-job.md"
+# Under Slurm: every rank stopped at once by one scancel of the job.
+COMMAND_MODULE = "ansible.legacy.command"
+SLURM_RUNBOOK = "docs/runbooks/slurm.md"
 # What a rank's last read returns of finetune_job_status's result: its return values.
 LEFT_OUT = frozenset(("changed", "failed", "invocation", "warnings", "deprecations"))
 
@@ -57,6 +73,13 @@ LEFT_OUT = frozenset(("changed", "failed", "invocation", "warnings", "deprecatio
 def _at(stall):
     """The wall time of the last step, on the controller's clock."""
     return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(time.time() - stall["idle_seconds"]))
+
+
+def _slurm_lines(lines, ranks, board, last):
+    """The round's progress lines, a rank whose Slurm job waits for an allocation saying so with
+    Slurm's reason (``pending (Resources)``) from its last good read."""
+    reports = {host: (board.get(host) or {}).get("report") for host in ranks}
+    return pending_lines(lines, ranks, reports, {host: (last.get(host) or {}).get("slurm") for host in ranks})
 
 
 def _plugin_options(plugin, plugin_type, variables, templar, task_keys):
@@ -200,7 +223,8 @@ class _Rank(ActionBase):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("job", "ranks", "status", "interval", "timeout", "stall_minutes"))
+    _VALID_ARGS = frozenset(("job", "ranks", "status", "interval", "timeout", "stall_minutes", "launcher",
+                             "slurm_job_id", "slurm_controller", "scancel"))  # fmt: skip
 
     def _passwords(self, task_vars):
         """The passwords given on the command line (-k, -K). The task's play context holds them unless
@@ -227,21 +251,33 @@ class ActionModule(ActionBase):
                 "interval": {"type": "int", "default": 60},
                 "timeout": {"type": "float", "required": True},
                 "stall_minutes": {"type": "float", "default": 0},
-            }
+                "launcher": {"type": "str", "choices": ["systemd", "slurm"], "default": "systemd"},
+                "slurm_job_id": {"type": "str"},
+                "slurm_controller": {"type": "str", "default": ""},
+                "scancel": {"type": "str", "default": "scancel"},
+            },
+            required_if=[("launcher", "slurm", ("slurm_job_id",))],
         )
         job, ranks, status = args["job"], args["ranks"], args["status"]
-        missing = [host for host in ranks if not isinstance(status.get(host), dict) or not status[host].get("unit")]
+        needed = "slurm_job_id_file" if args["launcher"] == "slurm" else "unit"
+        missing = [host for host in ranks if not isinstance(status.get(host), dict) or not status[host].get(needed)]
         if not ranks or missing:
             result.update(failed=True, msg=(
                 f"{task_vars['inventory_hostname']}: watching job {job} needs the status options of every rank: "
                 f"{'no ranks given' if not ranks else 'none for ' + ', '.join(missing)} (status has "
                 f"{', '.join(sorted(status)) or 'none'}). Give status as a mapping of each rank's host to its "
-                f"finetune_job_status options, unit included. See {RUNBOOK}"))  # fmt: skip
+                f"finetune_job_status options, {needed} included. See {RUNBOOK}"))  # fmt: skip
             return result
+        slurm = None
+        if args["launcher"] == "slurm":
+            slurm, refused = self._slurm_job(args, task_vars)
+            if refused:
+                result.update(failed=True, msg=refused)
+                return result
         passwords = self._passwords(task_vars)
         opened = {}
         try:
-            for host in ranks:
+            for host in ranks + ([slurm["controller"]] if slurm and slurm["controller"] not in ranks else []):
                 try:
                     opened[host] = _Rank.open(self._task, self._loader, self._play_context.connection_lockfd, host,
                                               passwords)  # fmt: skip
@@ -254,13 +290,57 @@ class ActionModule(ActionBase):
             # connections this run was told it may hold at once.
             forks = int(context.CLIARGS.get("forks") or C.DEFAULT_FORKS)
             with ThreadPoolExecutor(max_workers=max(1, min(forks, len(ranks)))) as pool:
-                result.update(self._watch(args, opened, pool))
+                result.update(self._watch(args, opened, pool, slurm))
         finally:
             for rank in opened.values():
                 rank.close()
         return result
 
-    def _watch(self, args, opened, pool):
+    @staticmethod
+    def _slurm_job(args, task_vars):
+        """The Slurm job to watch, ``{"job_id", "controller"}``, or why the watch refuses it."""
+        job, ranks, status = args["job"], args["ranks"], args["status"]
+        where = task_vars["inventory_hostname"]
+        try:
+            parsed = parse_sbatch_parsable(args["slurm_job_id"])
+        except SlurmError as err:
+            parsed, why = None, str(err)
+        else:
+            why = "it is empty"
+        if parsed is None:
+            return None, (
+                f"{where}: watching job {job} through Slurm needs slurm_job_id, the id sbatch --parsable printed "
+                f"when the job was submitted, but {why}. See {SLURM_RUNBOOK}")  # fmt: skip
+        other = [host for host in ranks if status[host].get("launcher", "slurm") != "slurm"]
+        if other:
+            return None, (
+                f"{where}: watching job {job} through Slurm, but the status options of {', '.join(other)} say "
+                f"launcher {status[other[0]]['launcher']}. Give every rank launcher slurm, or none. "
+                f"See {RUNBOOK}")  # fmt: skip
+        controller = args["slurm_controller"] or ranks[0]
+        return {"job_id": parsed["job_id"], "controller": controller, "cancelled": False, "changed": False}, ""
+
+    @staticmethod
+    def _cancel(args, opened, slurm):
+        """One scancel of the job on its controller host, once in the watch: every rank on every node
+        stops, and the next rounds read them ending. Records in ``slurm`` that it ran and whether it
+        changed something; returns why it failed ("" when it did not)."""
+        if slurm["cancelled"]:
+            return ""
+        slurm["cancelled"] = True
+        argv = scancel_argv(slurm["job_id"], args["scancel"])
+        host = slurm["controller"]
+        answer = opened[host].call(COMMAND_MODULE, {"argv": argv})
+        slurm["changed"] = bool(answer.get("changed"))
+        if answer.get("failed") or answer.get("unreachable") or answer.get("rc", 0) != 0:
+            said = (answer.get("stderr") or answer.get("msg") or answer.get("stdout") or "no output").strip()
+            return (
+                f"{host}: cancelling Slurm job {slurm['job_id']} of job {args['job']} ({' '.join(argv)}) failed: "
+                f"{said}. Cancel it by hand (scancel {slurm['job_id']}) where Slurm's commands reach its "
+                f"controller. See {SLURM_RUNBOOK}")  # fmt: skip
+        return ""
+
+    def _watch(self, args, opened, pool, slurm=None):  # noqa: PLR0912, PLR0915 - the rounds' loop, both launchers
         job, ranks, status = args["job"], args["ranks"], args["status"]
         interval = max(args["interval"], 0)
         stall_seconds = args["stall_minutes"] * 60
@@ -275,7 +355,8 @@ class ActionModule(ActionBase):
             return {host: future.result() for host, future in futures.items()}
 
         def read(host, wait=0):
-            return opened[host].call(STATUS_MODULE, dict(status[host], wait_seconds=int(wait)))
+            launcher = {"launcher": "slurm"} if slurm else {}
+            return opened[host].call(STATUS_MODULE, dict(status[host], wait_seconds=int(wait), **launcher))
 
         board = {}
         last = {}
@@ -308,8 +389,16 @@ class ActionModule(ActionBase):
             round_ = watch_decision(board, ranks, stall_seconds, stall)
             stall = round_["stall"]
             first_failed = first_failed or round_["failed"]
+            if slurm:
+                round_["lines"] = _slurm_lines(round_["lines"], ranks, board, last)
             display.display(f"job {job}, round {rounds}:\n  " + "\n  ".join(round_["lines"]))
-            if round_["stop"]:
+            if round_["stop"] and slurm:
+                # One scancel stops every rank (once: the next rounds read them ending).
+                refused = self._cancel(args, opened, slurm)
+                stopped = stopped or slurm["changed"]
+                if refused:
+                    return {"failed": True, "changed": stopped, "msg": refused}
+            elif round_["stop"]:
                 # A rank that died, was lost or hung leaves the others waiting in their next collective.
                 stops = each(round_["stop"], lambda host: opened[host].call(
                     STOP_MODULE, {"name": status[host]["unit"], "state": "stopped"}))  # fmt: skip

@@ -741,6 +741,32 @@ def job_status(job_id, squeue_text=None, sacct_text=None, squeue_format=SQUEUE_F
     return status
 
 
+# --- sbatch's answer, scancel --------------------------------------------------------------------
+def parse_sbatch_parsable(text):
+    """What ``sbatch --parsable`` prints (sbatch(1): "Outputs only the job id number and the
+    cluster name if present. The values are separated by a semicolon."): ``4242`` or
+    ``4242;cluster`` as ``{"job_id", "cluster"}`` (cluster None without one); None for no text (a
+    job never submitted). Raises SlurmError for anything else (``Submitted batch job 4242`` is
+    sbatch without --parsable)."""
+    text = "" if text is None else str(text).strip()
+    if not text:
+        return None
+    job_id, _sep, cluster = text.partition(";")
+    cluster = cluster.strip()
+    if cluster and not re.match(r"^[A-Za-z0-9_-]+$", cluster):
+        raise SlurmError(f"{text!r} is not what sbatch --parsable prints (jobid or jobid;cluster)")
+    try:
+        job_id = _job_id(job_id)
+    except SlurmError:
+        raise SlurmError(f"{text!r} is not what sbatch --parsable prints (jobid or jobid;cluster)") from None
+    return {"job_id": job_id, "cluster": cluster or None}
+
+
+def scancel_argv(job_id, scancel="scancel"):
+    """The scancel command that ends one job, every step on every node (scancel(1))."""
+    return [scancel, _job_id(job_id)]
+
+
 # --- nodes (sinfo) -------------------------------------------------------------------------------
 SINFO_FORMAT = "%N|%P|%T|%c|%m|%G|%E"
 _SINFO_LETTERS = {

@@ -18,16 +18,53 @@ description:
     C(checkpoint-N) folders of the output directory and the last lines of the node's training log.
   - Turns them into one RV(state) per node, which the finetune role combines across the nodes to
     launch, resume, watch or stop a job.
+  - With O(launcher=slurm) the job is one Slurm batch job for every node instead of a unit per node;
+    the module reads the job id that C(sbatch --parsable) printed from O(slurm_job_id_file), asks
+    C(squeue) where the job stands and, once C(squeue) no longer shows it pending or running, C(sacct)
+    how it ended (with its steps' exit codes), and never calls C(systemctl). Slurm's view is mapped
+    onto the same states, so that the finetune role's plan and watch read either launcher the same
+    way. A job waiting for an allocation (C(PENDING), C(REQUEUED), ...) is C(running) with
+    RV(slurm.phase) C(pending) and Slurm's reason (it is submitted and must not be submitted again);
+    an active job (C(RUNNING), C(COMPLETING), C(SUSPENDED), ...) is C(running); a job that ended
+    other than C(COMPLETED) with exit code 0 and every step completed (C(FAILED), C(CANCELLED),
+    C(TIMEOUT), C(NODE_FAIL), C(OUT_OF_MEMORY), ...) is C(failed), with Slurm's account in
+    RV(errors); a job that completed is what this node's exit record says, as for a unit that ended,
+    and C(failed) without one. No job id (never submitted), or a job C(squeue) and C(sacct) no longer
+    know, reads as a unit that is not active, from the exit record (C(absent) without one).
   - Never changes anything on the host.
 options:
-  unit:
-    description: The systemd unit of the job on this node.
+  launcher:
+    description:
+      - How the job was launched on this node. C(systemd) a unit per node (O(unit)); C(slurm) one
+        Slurm batch job for all nodes (O(slurm_job_id_file)).
     type: str
-    required: true
+    choices: [systemd, slurm]
+    default: systemd
+  unit:
+    description: The systemd unit of the job on this node. Required with O(launcher=systemd), unused with C(slurm).
+    type: str
   exit_file:
-    description: The file the unit's C(ExecStopPost) writes (C(result= code= status=)).
+    description:
+      - The file the unit's C(ExecStopPost) writes (C(result= code= status=)); under Slurm, the file the
+        node's wrapper writes in the same format when its rank ends.
     type: path
     required: true
+  slurm_job_id_file:
+    description:
+      - With O(launcher=slurm), the file that holds what C(sbatch --parsable) printed when the job was
+        submitted (C(4242), or C(4242;cluster); the cluster is not used, the commands ask the node's
+        default cluster). A missing or empty file means the job was never submitted; anything else
+        that is not a regular file, or other text, fails the module.
+      - Required with O(launcher=slurm).
+    type: path
+  squeue:
+    description: The C(squeue) command (a name looked up in C(PATH), or a path), with O(launcher=slurm).
+    type: str
+    default: squeue
+  sacct:
+    description: The C(sacct) command (a name looked up in C(PATH), or a path), with O(launcher=slurm).
+    type: str
+    default: sacct
   fingerprint_file:
     description: The file holding the fingerprint of the settings the job was launched with.
     type: path
@@ -65,12 +102,23 @@ options:
       - While the job runs on this node, keep reading for up to this many seconds and return as soon
         as it is no longer running; the finetune role's watch rounds use it to report progress at an
         interval without a retry line per poll.
+      - The unit is read every 2 seconds; Slurm's C(squeue) every 10 seconds, not to load its controller.
     type: int
     default: 0
+notes:
+  - With O(launcher=slurm) the module fails, naming the host, the command and its error, when
+    C(squeue) or C(sacct) is not installed or exits non-zero (Slurm's controller or its accounting
+    cannot be reached), except C(squeue)'s C(Invalid job id specified) for a job its controller has
+    already forgotten (C(MinJobAge)), which C(sacct) then reads; the message names the runbook
+    C(docs/runbooks/slurm.md). A cluster without accounting
+    (C(AccountingStorageType=accounting_storage/none)) can be read only while C(squeue) still shows the job.
+  - With O(launcher=slurm), RV(frozen) is always empty (the job's processes are in Slurm's control
+    groups, which this module does not read) and RV(unit) is empty.
 extends_documentation_fragment:
   - instinct.finetune.read_only
 seealso:
   - module: instinct.finetune.fabric_iface
+  - module: instinct.finetune.finetune_watch
 """
 
 EXAMPLES = r"""
@@ -83,6 +131,22 @@ EXAMPLES = r"""
     output_dir: /var/lib/instinct-finetune/jobs/tiny-sft/output
     log_path: /var/log/instinct-finetune/tiny-sft/train.log
   register: job
+
+- name: Read the state of the job submitted to Slurm, on every node
+  instinct.finetune.finetune_job_status:
+    launcher: slurm
+    slurm_job_id_file: /var/lib/instinct-finetune/jobs/tiny-sft/slurm-job-id
+    exit_file: /var/lib/instinct-finetune/jobs/tiny-sft/exit-status
+    fingerprint_file: /var/lib/instinct-finetune/jobs/tiny-sft/fingerprint
+    fingerprint: "{{ finetune_fingerprint }}"
+    output_dir: /var/lib/instinct-finetune/jobs/tiny-sft/output
+    log_path: /var/log/instinct-finetune/tiny-sft/train.log
+  register: job
+
+- name: Say why the job waits
+  ansible.builtin.debug:
+    msg: "{{ job.slurm.message }}"
+  when: job.slurm.phase == 'pending'
 """
 
 RETURN = r"""
@@ -91,13 +155,82 @@ state:
     - C(running) while the unit is active; C(succeeded) once it exited 0 with the wanted settings;
       C(stale) if it exited 0 with other settings; C(failed) if it ended otherwise; C(absent) if it
       never ran.
+    - With O(launcher=slurm), C(running) while the job is pending or active (RV(slurm.phase) tells
+      which), C(failed) once Slurm says it did not succeed, else from the exit record as above (see
+      the description).
   returned: always
   type: str
   sample: running
 unit:
-  description: The unit's ActiveState, SubState, Result, ExecMainStatus and MainPID.
+  description: The unit's ActiveState, SubState, Result, ExecMainStatus and MainPID; empty with O(launcher=slurm).
   returned: always
   type: dict
+slurm:
+  description: Slurm's view of the job, with O(launcher=slurm).
+  returned: when O(launcher=slurm)
+  type: dict
+  contains:
+    job_id:
+      description: The job id from O(slurm_job_id_file); null when the job was never submitted.
+      type: str
+    cluster:
+      description: The cluster C(sbatch --parsable) named after the id, or null.
+      type: str
+    state:
+      description:
+        - Slurm's state of the job (C(PENDING), C(RUNNING), C(COMPLETED), C(FAILED), C(CANCELLED),
+          C(TIMEOUT), ...); null when never submitted or known to neither C(squeue) nor C(sacct).
+      type: str
+    phase:
+      description: C(pending) (waiting for an allocation), C(active), C(finished) or C(unknown).
+      type: str
+    reason:
+      description: Slurm's reason (why a job waits, C(Resources), C(Priority), ...), or null.
+      type: str
+    held:
+      description: Whether the job is held (it runs only once released).
+      type: bool
+    cancelled_by:
+      description: The uid that cancelled the job, from C(sacct); else null.
+      type: int
+    exit_code:
+      description: The job's exit code from C(sacct) once it ended; else null.
+      type: int
+    signal:
+      description: The signal that ended the job, from C(sacct); else null.
+      type: int
+    failed_steps:
+      description: The job's steps that did not complete with 0:0 (C(batch), C(0), ...).
+      type: list
+      elements: str
+    hosts:
+      description: The nodes of the job's allocation.
+      type: list
+      elements: str
+    elapsed_s:
+      description: Seconds the job ran (C(squeue)'s or C(sacct)'s elapsed time), or null.
+      type: float
+    source:
+      description: Which command the view comes from, C(squeue) or C(sacct); null when neither knows the job.
+      type: str
+    message:
+      description: The job's state in words.
+      type: str
+  sample:
+    job_id: "4242"
+    cluster: null
+    state: PENDING
+    phase: pending
+    reason: Resources
+    held: false
+    cancelled_by: null
+    exit_code: null
+    signal: null
+    failed_steps: []
+    hosts: []
+    elapsed_s: 0
+    source: squeue
+    message: Slurm job 4242 is PENDING (Resources)
 exit:
   description: The exit record (C(result), C(code), C(status)), or null while none was written.
   returned: always
@@ -134,6 +267,8 @@ idle_seconds:
     - While the job runs, seconds since any rank of this node last took an optimizer step (its
       C(rank<N>.prom), else the master's C(trainer_log.jsonl)), or since the unit started when no
       step is known; measured on the node's clock. Null when the job does not run.
+    - With O(launcher=slurm), since the job started running (C(squeue)'s elapsed time) when no step
+      is known; null while the job is pending, so a job waiting for nodes never counts as stalled.
   returned: always
   type: float
   sample: 12.5
@@ -147,6 +282,8 @@ errors:
   description:
     - The last error lines of the training log (its last 2000 lines), without torchrun's and
       LLaMA-Factory's wrappers around them; the cause of a failed rank.
+    - With O(launcher=slurm), then Slurm's account of a job that did not end well (its state, exit
+      code and failed steps, RV(slurm.message)).
   returned: always
   type: list
   elements: str
@@ -154,6 +291,7 @@ errors:
 """
 
 import os
+import socket
 import stat
 import time
 from collections import deque
@@ -173,8 +311,21 @@ from ansible_collections.instinct.finetune.plugins.module_utils.jobstate import 
     progress,
     root_errors,
 )
+from ansible_collections.instinct.finetune.plugins.module_utils.slurm import (
+    SlurmError,
+    job_status,
+    parse_sbatch_parsable,
+    sacct_argv,
+    squeue_argv,
+)
+from ansible_collections.instinct.finetune.plugins.module_utils.slurm_jobstate import slurm_node_state, slurm_summary
 
 POLL_SECONDS = 2
+# squeue asks Slurm's controller, which every node's read of every waiting watch round reaches.
+SLURM_POLL_SECONDS = 10
+SLURM_RUNBOOK = "docs/runbooks/slurm.md"
+# What squeue says (rc 1) for a job its controller no longer holds (MinJobAge): sacct has it.
+SQUEUE_FORGOT = "Invalid job id specified"
 UNIT_PROPERTIES = (
     "ActiveState",
     "SubState",
@@ -254,6 +405,19 @@ def _checkpoint_listing(output_dir):
 
 def _idle_seconds(params, unit):
     """Seconds since this node's ranks last stepped (node clock), from what the node holds."""
+    ranks = _ranks_progress(params)
+    started = None
+    try:
+        since_boot = int(unit.get("ActiveEnterTimestampMonotonic") or 0) / 1e6
+    except ValueError:
+        since_boot = 0
+    if since_boot:
+        started = time.time() - (time.monotonic() - since_boot)
+    return idle_seconds(time.time(), ranks, started)
+
+
+def _ranks_progress(params):
+    """The last step of each rank of this node: its progress file, and the master's trainer log."""
     ranks = []
     if params["metrics_dir"]:
         try:
@@ -267,14 +431,7 @@ def _idle_seconds(params, unit):
     trainer_log = os.path.join(params["output_dir"], "trainer_log.jsonl")
     if os.path.isfile(trainer_log) and not os.path.islink(trainer_log):
         ranks.append({"instinct_finetune_last_step_timestamp_seconds": os.lstat(trainer_log).st_mtime})
-    started = None
-    try:
-        since_boot = int(unit.get("ActiveEnterTimestampMonotonic") or 0) / 1e6
-    except ValueError:
-        since_boot = 0
-    if since_boot:
-        started = time.time() - (time.monotonic() - since_boot)
-    return idle_seconds(time.time(), ranks, started)
+    return ranks
 
 
 def _frozen(unit):
@@ -305,10 +462,147 @@ def _read_unit(module):
     return parse_systemctl_show(out), exit_record, launched_with
 
 
+def _host():
+    return socket.gethostname()
+
+
+def _job_id(module):
+    """What sbatch --parsable printed, from the job id file: None when there is no file or it is
+    empty (never submitted). A file there that is no regular file, or holds other text, fails: taking
+    it for "never submitted" would submit the job a second time."""
+    path = module.params["slurm_job_id_file"]
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        module.fail_json(msg=f"{_host()}: the Slurm job id file {path} cannot be read: {err}. See {SLURM_RUNBOOK}")
+    text = _read(path)
+    if text is None:
+        module.fail_json(msg=(
+            f"{_host()}: the Slurm job id file {path} is not a regular file this module may read (a link, "
+            f"a FIFO or a folder). Remove it if no job was submitted, or write the id sbatch --parsable "
+            f"printed into it. See {SLURM_RUNBOOK}"))  # fmt: skip
+    try:
+        return parse_sbatch_parsable(text)
+    except SlurmError as err:
+        module.fail_json(msg=(
+            f"{_host()}: the Slurm job id file {path} cannot be read: {err}. Write the id sbatch --parsable printed "
+            f"into it, or remove it if no job was submitted. See {SLURM_RUNBOOK}"))  # fmt: skip
+
+
+def _run_slurm(module, argv):
+    """A Slurm command as run (its path looked up) with its (rc, stdout, stderr); a command that
+    cannot start fails the module."""
+    name = argv[0]
+    path = name if os.path.isabs(name) else module.get_bin_path(name)
+    if not path:
+        module.fail_json(msg=(
+            f"{_host()}: {' '.join(argv)} cannot run: {name} is not found on this node's PATH. Every node of a "
+            f"job launched through Slurm needs Slurm's client commands (the slurm role installs them), or give "
+            f"finetune_job_status their path. See {SLURM_RUNBOOK}"))  # fmt: skip
+    argv = [path, *argv[1:]]
+    try:
+        return argv, module.run_command(argv, handle_exceptions=False)
+    except OSError as err:
+        module.fail_json(msg=f"{_host()}: {' '.join(argv)} cannot run: {err}. See {SLURM_RUNBOOK}")
+
+
+def _slurm_failed(module, argv, answer, what):
+    """Fail naming the host, the command, its error and what the node must reach."""
+    rc, out, err = answer
+    said = (err or "").strip() or (out or "").strip() or "no output"
+    module.fail_json(msg=f"{_host()}: {' '.join(argv)} failed (rc {rc}): {said}. This node must reach {what}. "
+                         f"See {SLURM_RUNBOOK}", rc=rc, stdout=out, stderr=err)  # fmt: skip
+
+
+def _read_slurm(module, job):
+    """Slurm's view of the job (slurm.job_status): squeue, then sacct once squeue shows the job
+    neither pending nor active (it has the exit codes and steps; a running job does not need it)."""
+    params = module.params
+    squeue, (rc, out, err) = _run_slurm(module, squeue_argv(job["job_id"], params["squeue"]))
+    if rc != 0:
+        if SQUEUE_FORGOT not in (err or ""):
+            _slurm_failed(module, squeue, (rc, out, err), "Slurm's controller (slurmctld, munge, slurm.conf)")
+        out = ""
+    try:
+        status = job_status(job["job_id"], squeue_text=out)
+        if status["phase"] in ("pending", "active"):
+            return status
+        sacct, (rc, sacct_out, err) = _run_slurm(module, sacct_argv(job["job_id"], params["sacct"]))
+        if rc != 0:
+            _slurm_failed(module, sacct, (rc, sacct_out, err), "Slurm's accounting (slurmdbd)")
+        return job_status(job["job_id"], squeue_text=out, sacct_text=sacct_out)
+    except SlurmError as err:
+        module.fail_json(msg=f"{_host()}: Slurm's answer on job {job['job_id']} cannot be read: {err}. See "
+                             f"{SLURM_RUNBOOK}")  # fmt: skip
+
+
+def _slurm_state(module, job):
+    """(state, problem, Slurm's view, exit record, fingerprint on the node) of the job under Slurm."""
+    params = module.params
+    status = _read_slurm(module, job) if job else None
+    exit_record = parse_exit_record(_read(params["exit_file"]))
+    launched_with = (_read(params["fingerprint_file"]) or "").strip()
+    try:
+        state, problem = slurm_node_state(status, exit_record, launched_with, params["fingerprint"])
+    except SlurmError as err:
+        module.fail_json(msg=f"{_host()}: {err}. Read it with squeue --jobs={job['job_id']} and sacct "
+                             f"--jobs={job['job_id']}. See {SLURM_RUNBOOK}")  # fmt: skip
+    return state, problem, status, exit_record, launched_with
+
+
+def _node_files(params, launched_with):
+    """What the node's files say of the job, whatever launched it."""
+    trainer_log = _read(os.path.join(params["output_dir"], "trainer_log.jsonl"))
+    history = _read(params["history_file"]) if params["history_file"] else None
+    return {
+        "launched_settings": launched_settings(history, launched_with),
+        "progress": progress(parse_trainer_log(trainer_log)),
+        "checkpoints": checkpoints(_checkpoint_listing(params["output_dir"])),
+        "log_tail": _tail(params["log_path"], params["tail_lines"]),
+        "errors": root_errors(_tail(params["log_path"], 2000)),
+    }
+
+
+def _slurm_main(module):
+    """The job launched through Slurm: read until it no longer runs or the wait is over."""
+    params = module.params
+    job = _job_id(module)
+    deadline = time.monotonic() + max(params["wait_seconds"], 0)
+    while True:
+        state, problem, status, exit_record, launched_with = _slurm_state(module, job)
+        if state != "running" or time.monotonic() >= deadline:
+            break
+        time.sleep(min(SLURM_POLL_SECONDS, max(deadline - time.monotonic(), 0)))
+    found = _node_files(params, launched_with)
+    if problem:
+        found["errors"] = [*found["errors"], problem]
+    active = state == "running" and status is not None and status["phase"] == "active"
+    started = None
+    if active and status["elapsed_s"] is not None:
+        started = time.time() - status["elapsed_s"]
+    module.exit_json(
+        changed=False,
+        state=state,
+        unit={},
+        slurm=slurm_summary(status, job["cluster"] if job else None, params["slurm_job_id_file"]),
+        exit=exit_record,
+        fingerprint=launched_with,
+        idle_seconds=idle_seconds(time.time(), _ranks_progress(params), started) if active else None,
+        frozen=[],
+        **found,
+    )
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
-            "unit": {"type": "str", "required": True},
+            "launcher": {"type": "str", "choices": ["systemd", "slurm"], "default": "systemd"},
+            "unit": {"type": "str"},
+            "slurm_job_id_file": {"type": "path"},
+            "squeue": {"type": "str", "default": "squeue"},
+            "sacct": {"type": "str", "default": "sacct"},
             "exit_file": {"type": "path", "required": True},
             "fingerprint_file": {"type": "path", "required": True},
             "fingerprint": {"type": "str", "default": ""},
@@ -319,9 +613,13 @@ def main():
             "history_file": {"type": "path", "default": ""},
             "wait_seconds": {"type": "int", "default": 0},
         },
+        required_if=[("launcher", "systemd", ("unit",)), ("launcher", "slurm", ("slurm_job_id_file",))],
         supports_check_mode=True,
     )
     params = module.params
+    if params["launcher"] == "slurm":
+        _slurm_main(module)
+        return
     deadline = time.monotonic() + max(params["wait_seconds"], 0)
     while True:
         unit, exit_record, launched_with = _read_unit(module)
@@ -329,20 +627,14 @@ def main():
         if state != "running" or time.monotonic() >= deadline:
             break
         time.sleep(min(POLL_SECONDS, max(deadline - time.monotonic(), 0)))
-    trainer_log = _read(os.path.join(params["output_dir"], "trainer_log.jsonl"))
     running = state == "running"
-    history = _read(params["history_file"]) if params["history_file"] else None
     module.exit_json(
         changed=False,
         state=state,
         unit=unit,
         exit=exit_record,
         fingerprint=launched_with,
-        launched_settings=launched_settings(history, launched_with),
-        progress=progress(parse_trainer_log(trainer_log)),
-        checkpoints=checkpoints(_checkpoint_listing(params["output_dir"])),
-        log_tail=_tail(params["log_path"], params["tail_lines"]),
-        errors=root_errors(_tail(params["log_path"], 2000)),
+        **_node_files(params, launched_with),
         idle_seconds=_idle_seconds(params, unit) if running else None,
         frozen=_frozen(unit) if running else [],
     )

@@ -37,6 +37,11 @@ description:
     idle longest).
   - A loop inside one task, so the play keeps a constant depth and the controller a constant memory
     however many rounds the job takes.
+  - With O(launcher=slurm) the job is one Slurm batch job for every node. Each rank's read runs
+    M(instinct.finetune.finetune_job_status) with C(launcher=slurm), and stopping every rank is one
+    C(scancel) of O(slurm_job_id), run once through C(ansible.legacy.command) on O(slurm_controller),
+    instead of a systemd stop per node. A rank whose job waits for an allocation prints C(pending) with
+    Slurm's reason in its progress line (C(pending (Resources))) and never counts as stalled.
 options:
   job:
     description: The job's name, for the messages.
@@ -51,6 +56,8 @@ options:
     description:
       - The options of M(instinct.finetune.finetune_job_status) for each rank, by host; each rank's
         C(unit) is the one stopped when another rank died or the job stalled.
+      - With O(launcher=slurm), each rank's options need C(slurm_job_id_file) instead of C(unit), and
+        the watch adds C(launcher=slurm) to them.
       - Every rank of O(ranks) needs an entry. Each node's own settings reach a task run once
         through C(hostvars) as facts (see the example).
     type: dict
@@ -67,13 +74,33 @@ options:
     description: Minutes without any rank's optimizer step, every rank running, after which the job is stalled; 0 never.
     type: float
     default: 0
+  launcher:
+    description: How the job was launched, C(systemd) (a unit per node) or C(slurm) (one batch job).
+    type: str
+    choices: [systemd, slurm]
+    default: systemd
+  slurm_job_id:
+    description:
+      - With O(launcher=slurm), what C(sbatch --parsable) printed (C(4242) or C(4242;cluster)); the job
+        C(scancel) ends. Required with O(launcher=slurm).
+    type: str
+  slurm_controller:
+    description:
+      - With O(launcher=slurm), the inventory host on which C(scancel) runs, reached over its own
+        connection as the ranks are. The first of O(ranks) when empty.
+    type: str
+    default: ""
+  scancel:
+    description: The C(scancel) command (a name looked up in C(PATH), or a path), with O(launcher=slurm).
+    type: str
+    default: scancel
 attributes:
   check_mode:
     support: none
     description: Not run in check mode; the finetune role skips the watch there.
   diff_mode:
     support: none
-    description: Returns no diff; it reports C(changed) when it stopped a rank's unit.
+    description: Returns no diff; it reports C(changed) when it stopped a rank's unit or cancelled the Slurm job.
 seealso:
   - module: instinct.finetune.finetune_job_status
 """
@@ -95,6 +122,19 @@ EXAMPLES = r"""
     ranks: "{{ groups['nodes'] }}"
     status: "{{ dict(groups['nodes'] | zip(groups['nodes'] | map('extract', hostvars, 'watch_status'))) }}"
     interval: 60
+    timeout: 259200
+    stall_minutes: 30
+  run_once: true
+  register: watched
+
+- name: Watch the job submitted to Slurm until it ends
+  instinct.finetune.finetune_watch:
+    job: tiny-sft
+    ranks: "{{ groups['nodes'] }}"
+    status: "{{ dict(groups['nodes'] | zip(groups['nodes'] | map('extract', hostvars, 'watch_status'))) }}"
+    launcher: slurm
+    slurm_job_id: "{{ submitted.stdout }}"
+    slurm_controller: slurm1
     timeout: 259200
     stall_minutes: 30
   run_once: true

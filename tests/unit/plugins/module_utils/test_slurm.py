@@ -34,6 +34,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils.slurm import (
     parse_gres,
     parse_node_state,
     parse_sacct,
+    parse_sbatch_parsable,
     parse_sinfo,
     parse_sinfo_table,
     parse_squeue,
@@ -41,6 +42,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils.slurm import (
     sacct_argv,
     sacct_job,
     sbatch_script,
+    scancel_argv,
     sinfo_argv,
     sinfo_nodes,
     slurm_conf,
@@ -421,6 +423,22 @@ def test_a_finished_job_reads_sacct_and_an_unknown_one_says_so():
     unknown = job_status("5", squeue_text="", sacct_text="JobID|JobName|State\n")
     assert (unknown["state"], unknown["phase"]) == (None, "unknown")
     assert unknown["message"] == "Slurm job 5 is known to neither squeue nor sacct"
+
+
+# --- sbatch's answer and scancel ----------------------------------------------------------------
+def test_what_sbatch_parsable_prints_and_the_scancel_command():
+    # sbatch(1) --parsable: "the job id number and the cluster name if present", separated by ";".
+    assert parse_sbatch_parsable("4242\n") == {"job_id": "4242", "cluster": None}
+    assert parse_sbatch_parsable("4908935;frontier") == {"job_id": "4908935", "cluster": "frontier"}
+    assert parse_sbatch_parsable("") is None and parse_sbatch_parsable(None) is None
+    assert parse_sbatch_parsable(" \n") is None
+    for text in ("Submitted batch job 4242", "4242;two words", "42a", "1; rm -rf /"):
+        with pytest.raises(SlurmError, match="sbatch --parsable"):
+            parse_sbatch_parsable(text)
+    assert scancel_argv("4908935") == ["scancel", "4908935"]
+    assert scancel_argv(4908935, "/opt/slurm/bin/scancel") == ["/opt/slurm/bin/scancel", "4908935"]
+    with pytest.raises(SlurmError, match="job id"):
+        scancel_argv("-u root")
 
 
 # --- sinfo ---------------------------------------------------------------------------------------
