@@ -17,12 +17,25 @@ description:
     stage's port check and all-reduce, package changes, a reboot).
   - Reads the finetune role's units (C(instinct-finetune-JOB.service) in O(unit_dir)) and asks
     systemd which of them are active.
+  - A job launched through Slurm (C(finetune_launcher=slurm)) has no unit. Its id is in
+    C(JOB/slurm-job-id) under O(jobs_dir), and the job counts as running while C(squeue) shows it
+    pending or active. A job C(squeue) no longer knows, or shows finished, does not. When C(squeue)
+    cannot answer for a job on record, the job counts as running (a stage holds back rather than
+    disturb it) and RV(slurm) says why.
   - Never changes anything on the host.
 options:
   unit_dir:
     description: Where the finetune role installs the job units.
     type: path
     default: /etc/systemd/system
+  jobs_dir:
+    description: The finetune role's folder of job settings, one folder per job (C(instinct_jobs_conf_dir)).
+    type: path
+    default: /etc/instinct-finetune/jobs
+  squeue:
+    description: Slurm's squeue, asked only when a job's folder holds a Slurm job id.
+    type: str
+    default: squeue
 extends_documentation_fragment:
   - instinct.finetune.read_only
 seealso:
@@ -52,6 +65,13 @@ units:
   returned: always
   type: dict
   sample: {"instinct-finetune-sft-7b.service": "active", "instinct-finetune-old.service": "inactive"}
+slurm:
+  description:
+    - Every job launched through Slurm found in O(jobs_dir), with its Slurm job id and what C(squeue) says
+      of it (C(state), empty when squeue no longer knows it), or why squeue could not answer (C(error)).
+  returned: always
+  type: dict
+  sample: {"sft-70b": {"job_id": "4242", "state": "RUNNING", "error": ""}}
 """
 
 import glob
@@ -60,13 +80,72 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.instinct.finetune.plugins.module_utils.jobstate import running_job_names
+from ansible_collections.instinct.finetune.plugins.module_utils.slurm import (
+    SlurmError,
+    job_phase,
+    parse_sbatch_parsable,
+    parse_squeue,
+    squeue_argv,
+)
 
 UNIT_GLOB = "instinct-finetune-*.service"
+ID_FILE = "slurm-job-id"
+# squeue's answer for a job the controller has forgotten (MinJobAge after it ended).
+FORGOTTEN = "Invalid job id specified"
+
+
+def slurm_jobs(module):
+    """{job: {"job_id", "state", "error"}} for every job folder that holds a Slurm job id."""
+    found = {}
+    for path in sorted(glob.glob(os.path.join(module.params["jobs_dir"], "*", ID_FILE))):
+        job = os.path.basename(os.path.dirname(path))
+        if os.path.islink(path) or not os.path.isfile(path):
+            found[job] = {"job_id": "", "state": "", "error": f"{path} is not a regular file"}
+            continue
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+        try:
+            parsed = parse_sbatch_parsable(text)
+        except SlurmError as err:
+            found[job] = {"job_id": "", "state": "", "error": f"{path}: {err}"}
+            continue
+        if parsed is None:
+            continue
+        found[job] = {"job_id": parsed["job_id"], "state": "", "error": ""}
+        squeue = module.get_bin_path(module.params["squeue"]) if not os.path.isabs(module.params["squeue"]) \
+            else module.params["squeue"]  # fmt: skip
+        if not squeue:
+            found[job]["error"] = f"{module.params['squeue']} is not on this node's PATH"
+            continue
+        rc, out, err = module.run_command(squeue_argv(parsed["job_id"], squeue))
+        if rc != 0:
+            if FORGOTTEN not in err:
+                found[job]["error"] = f"squeue exited {rc}: {(err or out).strip() or 'no output'}"
+            continue
+        try:
+            rows = [row for row in parse_squeue(out) if row["job_id"] == parsed["job_id"]]
+        except SlurmError as err:
+            found[job]["error"] = f"squeue's answer cannot be read: {err}"
+            continue
+        found[job]["state"] = rows[0]["state"] if rows else ""
+    return found
+
+
+def slurm_running(found):
+    """The jobs on record whose Slurm job is pending or active, or which squeue could not answer for."""
+    return sorted(job for job, seen in found.items()
+                  if seen["error"] or job_phase(seen["state"]) in ("pending", "active"))  # fmt: skip
 
 
 def main():
-    module = AnsibleModule(argument_spec={"unit_dir": {"type": "path", "default": "/etc/systemd/system"}},
-                           supports_check_mode=True)  # fmt: skip
+    module = AnsibleModule(
+        argument_spec={
+            "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
+            "jobs_dir": {"type": "path", "default": "/etc/instinct-finetune/jobs"},
+            "squeue": {"type": "str", "default": "squeue"},
+        },
+        supports_check_mode=True,
+    )
     units = sorted(os.path.basename(path) for path in glob.glob(os.path.join(module.params["unit_dir"], UNIT_GLOB)))
     states = []
     if units:
@@ -77,7 +156,9 @@ def main():
         if len(states) != len(units):
             module.fail_json(msg=f"systemctl is-active answered {out!r} {err!r} for {len(units)} units")
     found = {unit: states[index] for index, unit in enumerate(units)}
-    module.exit_json(changed=False, jobs=running_job_names(found), units=found)
+    slurm = slurm_jobs(module)
+    jobs = sorted(set(running_job_names(found)) | set(slurm_running(slurm)))
+    module.exit_json(changed=False, jobs=jobs, units=found, slurm=slurm)
 
 
 if __name__ == "__main__":

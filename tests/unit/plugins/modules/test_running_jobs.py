@@ -1,0 +1,83 @@
+"""instinct.finetune.running_jobs, the check every stage that could disturb a training job makes
+before it acts: a job launched through Slurm (finetune_launcher: slurm) has no systemd unit, so the
+module also reads each job folder's Slurm job id and asks squeue. Run in-process with systemctl and
+squeue answered by the test (the system's and Slurm's boundary); squeue's lines are the recorded
+tables' jobs in the collection's format, as test_finetune_job_status.py builds them."""
+
+import json
+
+import pytest
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.instinct.finetune.plugins.modules import running_jobs
+from tests.unit.plugins.modules.test_finetune_job_status import PENDING_RESOURCES, RUNNING_TWO_NODES, SQUEUE_FORGOT
+
+# squeue-l_orfeo-areasciencepark-2026's job 882655 as the collection's format reads a finished one.
+COMPLETED = "882655|COMPLETED|None|1|dgx003|2:10:07|12:00:00|Acid_rag\n"
+
+
+def run(monkeypatch, capsys, tmp_path, ids, answers, *, found=("systemctl", "squeue"), units=()):  # noqa: PLR0913
+    """main() over a unit folder holding ``units`` (all active) and a jobs folder whose job folders
+    hold ``ids`` ({job: text of slurm-job-id}); squeue answers answers[job id]. Returns (rc, result,
+    the squeue calls)."""
+    unit_dir, jobs_dir = tmp_path / "units", tmp_path / "jobs"
+    unit_dir.mkdir(parents=True)
+    for unit in units:
+        (unit_dir / unit).write_text("[Service]\n")
+    for job, text in ids.items():
+        (jobs_dir / job).mkdir(parents=True)
+        (jobs_dir / job / "slurm-job-id").write_text(text)
+    (jobs_dir / "systemd-job").mkdir(parents=True, exist_ok=True)  # a job folder without a Slurm id
+    calls = []
+
+    def run_command(_module, argv, *_args, **_kwargs):
+        if argv[0].endswith("systemctl"):
+            return 0, "active\n" * len(units), ""
+        calls.append(argv)
+        job_id = argv[1].removeprefix("--jobs=")
+        return answers[job_id]
+
+    def get_bin_path(_module, name, required=False, *_a, **_k):
+        return f"/usr/bin/{name}" if name in found else None
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", get_bin_path)
+    params = {"unit_dir": str(unit_dir), "jobs_dir": str(jobs_dir)}
+    with patch_module_args(params), pytest.raises(SystemExit) as ended:
+        running_jobs.main()
+    return ended.value.code, json.loads(capsys.readouterr().out), calls
+
+
+def test_a_slurm_job_pending_or_running_counts_as_running_and_a_finished_or_forgotten_one_does_not(
+    tmp_path, monkeypatch, capsys
+):
+    ids = {"waits": "403035\n", "trains": "424906;cluster2\n", "done": "882655\n", "gone": "4242\n"}
+    answers = {"403035": (0, PENDING_RESOURCES, ""), "424906": (0, RUNNING_TWO_NODES, ""),
+               "882655": (0, COMPLETED, ""), "4242": SQUEUE_FORGOT}  # fmt: skip
+    rc, result, calls = run(monkeypatch, capsys, tmp_path, ids, answers, units=["instinct-finetune-unit-job.service"])
+    assert rc == 0
+    assert result["jobs"] == ["trains", "unit-job", "waits"]
+    assert result["slurm"]["waits"] == {"job_id": "403035", "state": "PENDING", "error": ""}
+    assert result["slurm"]["done"]["state"] == "COMPLETED" and result["slurm"]["gone"]["state"] == ""
+    assert "systemd-job" not in result["slurm"]
+    assert sorted(call[1] for call in calls) == ["--jobs=403035", "--jobs=4242", "--jobs=424906", "--jobs=882655"]
+    assert all(call[2:4] == ["--noheader", "--states=all"] for call in calls)
+
+
+def test_a_slurm_job_squeue_cannot_answer_for_counts_as_running(tmp_path, monkeypatch, capsys):
+    """A stage holds back rather than disturb a job it cannot see: no squeue on the node, squeue
+    failing, or an id file that is not what sbatch --parsable printed."""
+    rc, result, _calls = run(monkeypatch, capsys, tmp_path, {"trains": "424906\n"}, {}, found=("systemctl",))
+    assert rc == 0 and result["jobs"] == ["trains"]
+    assert result["slurm"]["trains"]["error"] == "squeue is not on this node's PATH"
+    refused = {"424906": (1, "", "squeue stand-in: Unable to contact slurm controller\n")}
+    rc, result, _calls = run(monkeypatch, capsys, tmp_path / "failing", {"trains": "424906\n"}, refused)
+    assert result["jobs"] == ["trains"] and "squeue exited 1" in result["slurm"]["trains"]["error"]
+    rc, result, calls = run(monkeypatch, capsys, tmp_path / "text", {"odd": "Submitted batch job 4242\n"}, {})
+    assert result["jobs"] == ["odd"] and calls == []
+
+
+def test_no_slurm_job_on_record_asks_no_squeue(tmp_path, monkeypatch, capsys):
+    rc, result, calls = run(monkeypatch, capsys, tmp_path, {"never": ""}, {}, found=("systemctl",))
+    assert rc == 0 and result["jobs"] == [] and result["slurm"] == {} and calls == []
