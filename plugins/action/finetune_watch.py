@@ -224,7 +224,8 @@ class _Rank(ActionBase):
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("job", "ranks", "status", "interval", "timeout", "stall_minutes", "launcher",
-                             "slurm_job_id", "slurm_controller", "scancel"))  # fmt: skip
+                             "slurm_job_id", "slurm_controller", "scancel", "slurm_job_name",
+                             "slurm_user"))  # fmt: skip
 
     def _passwords(self, task_vars):
         """The passwords given on the command line (-k, -K). The task's play context holds them unless
@@ -255,6 +256,8 @@ class ActionModule(ActionBase):
                 "slurm_job_id": {"type": "str"},
                 "slurm_controller": {"type": "str", "default": ""},
                 "scancel": {"type": "str", "default": "scancel"},
+                "slurm_job_name": {"type": "str", "default": ""},
+                "slurm_user": {"type": "str", "default": ""},
             },
             required_if=[("launcher", "slurm", ("slurm_job_id",))],
         )
@@ -328,7 +331,7 @@ class ActionModule(ActionBase):
         if slurm["cancelled"]:
             return ""
         slurm["cancelled"] = True
-        argv = scancel_argv(slurm["job_id"], args["scancel"])
+        argv = scancel_argv(slurm["job_id"], args["scancel"], name=args["slurm_job_name"], user=args["slurm_user"])
         host = slurm["controller"]
         answer = opened[host].call(COMMAND_MODULE, {"argv": argv})
         slurm["changed"] = bool(answer.get("changed"))

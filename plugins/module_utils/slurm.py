@@ -762,9 +762,17 @@ def parse_sbatch_parsable(text):
     return {"job_id": job_id, "cluster": cluster or None}
 
 
-def scancel_argv(job_id, scancel="scancel"):
-    """The scancel command that ends one job, every step on every node (scancel(1))."""
-    return [scancel, _job_id(job_id)]
+def scancel_argv(job_id, scancel="scancel", name=None, user=None):
+    """The scancel command that ends one job, every step on every node (scancel(1)). With ``name``
+    and ``user``, scancel's filters: the job is cancelled only if it has that name and belongs to
+    that user, so an id that now names someone else's job (ids reused after Slurm's state was
+    lost, another cluster's id) cancels nothing."""
+    argv = [scancel]
+    if name:
+        argv.append(f"--name={_text(name, 'the job name', allow_pipe=False)}")
+    if user:
+        argv.append(f"--user={_text(user, 'the user', allow_pipe=False)}")
+    return [*argv, _job_id(job_id)]
 
 
 # --- nodes (sinfo) -------------------------------------------------------------------------------
@@ -1112,6 +1120,9 @@ def sbatch_script(job):
         "#SBATCH --exclusive",
         _directive("mem", 0),
         "#SBATCH --no-requeue",
+        # The submitting shell's soft limits (a sudo session's memlock of a few MiB) stay behind: the
+        # node's own limits apply, and the per-node launcher raises them as the unit would.
+        "#SBATCH --propagate=NONE",
         _directive("output", output),
         _directive("open-mode", "append"),
         *_optional_directives(job),
@@ -1128,7 +1139,7 @@ def sbatch_script(job):
         ' (master $MASTER_ADDR:$MASTER_PORT) at $(date -Is) ===="',
         "# NODE_RANK is the node's place in the allocation, set in each task ($SLURM_NODEID).",
         'exec srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \\',
-        "  --kill-on-bad-exit=1 --cpu-bind=none \\",
+        '  --kill-on-bad-exit=1 --cpu-bind=none --cpus-per-task="$SLURM_CPUS_ON_NODE" \\',
         "  /bin/bash -c 'export NODE_RANK=$SLURM_NODEID PET_NODE_RANK=$SLURM_NODEID; exec \"$@\"' instinct-rank \\",
         "  " + " ".join(shlex.quote(item) for item in argv),
     ]

@@ -94,6 +94,19 @@ options:
     description: The C(scancel) command (a name looked up in C(PATH), or a path), with O(launcher=slurm).
     type: str
     default: scancel
+  slurm_job_name:
+    description:
+      - The Slurm job's name (the finetune role's C(instinct-finetune-JOB)), with O(launcher=slurm). Given,
+        C(scancel) cancels the id only if the job has this name (C(--name)), so an id that names another
+        job cancels nothing.
+    type: str
+    default: ""
+  slurm_user:
+    description:
+      - The account the Slurm job belongs to (the training account), with O(launcher=slurm). Given,
+        C(scancel) cancels the id only if the job is this account's (C(--user)).
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: none

@@ -72,6 +72,11 @@ slurm:
   returned: always
   type: dict
   sample: {"sft-70b": {"job_id": "4242", "state": "RUNNING", "error": ""}}
+by_launcher:
+  description: The running jobs of RV(jobs) by what runs them, C(systemd) (an active unit) and C(slurm).
+  returned: always
+  type: dict
+  sample: {"systemd": [], "slurm": ["sft-70b"]}
 """
 
 import glob
@@ -156,9 +161,15 @@ def main():
         if len(states) != len(units):
             module.fail_json(msg=f"systemctl is-active answered {out!r} {err!r} for {len(units)} units")
     found = {unit: states[index] for index, unit in enumerate(units)}
+    if not os.path.isabs(module.params["jobs_dir"]):
+        module.fail_json(msg=(
+            f"jobs_dir {module.params['jobs_dir']!r} is not an absolute path: give the finetune role's folder of "
+            "job settings (instinct_jobs_conf_dir, /etc/instinct-finetune/jobs by default). "
+            "See docs/runbooks/slurm.md"))  # fmt: skip
     slurm = slurm_jobs(module)
-    jobs = sorted(set(running_job_names(found)) | set(slurm_running(slurm)))
-    module.exit_json(changed=False, jobs=jobs, units=found, slurm=slurm)
+    by_launcher = {"systemd": running_job_names(found), "slurm": slurm_running(slurm)}
+    jobs = sorted(set(by_launcher["systemd"]) | set(by_launcher["slurm"]))
+    module.exit_json(changed=False, jobs=jobs, units=found, slurm=slurm, by_launcher=by_launcher)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@
   collection's slurm_batch_script filter): one task per node, the GPUs as GRES on GPU nodes only,
   rank.sh on each node.
 
-sbatch, srun and squeue themselves are Slurm's: the molecule scenario `slurm` runs a job through them."""
+sbatch, srun and squeue themselves are Slurm's: the molecule scenario `slurm` runs srun and reads sacct
+on a real Slurm 21.08; a job of this role through sbatch on a real Slurm is not run yet (issue 35)."""
 
 import os
 import signal
@@ -32,6 +33,7 @@ ROLE_VARS = yaml.safe_load((ROOT / "roles" / "finetune" / "vars" / "main.yml").r
 TORCHRUN = """#!/bin/sh
 printf '%s\\n' "$@" > "$RECORD/argv"
 env > "$RECORD/env"
+umask > "$RECORD/umask"
 trap 'echo TERM > "$RECORD/signal"; exit 143' TERM
 case "$TORCHRUN_DOES" in
   sleep) while :; do sleep 0.1; done ;;
@@ -62,6 +64,7 @@ def node(tmp_path):
     (tmp_path / "rccl.env").write_text("MASTER_ADDR=10.1.0.11\nMASTER_PORT=29500\nNCCL_SOCKET_IFNAME=ens41np0\n")
     (conf / "launch.env").write_text("NNODES=2\nNODE_RANK=1\nNPROC_PER_NODE=8\nOMP_NUM_THREADS=24\n")
     (conf / "resume.env").write_text("FINETUNE_RESUME_ARGS=resume_from_checkpoint=/jobs/j/output/checkpoint-20\n")
+    (conf / "secrets.env").write_text("HF_TOKEN=hf_not_for_the_rank\n")
     (tmp_path / "record").mkdir()
     text = (
         jinja()
@@ -112,6 +115,10 @@ def test_a_rank_that_trains_to_its_end_reads_as_succeeded_with_the_nodes_own_set
     assert argv[13] == "resume_from_checkpoint=/jobs/j/output/checkpoint-20"
     env = (tmp_path / "record" / "env").read_text().splitlines()
     assert "NCCL_SOCKET_IFNAME=ens41np0" in env and "OMP_NUM_THREADS=24" in env
+    # The hub token stays root's: the job runs offline on the model staged before launch.
+    assert not any(line.startswith("HF_TOKEN=") for line in env)
+    # What the systemd unit's UMask= gives a rank: its files are the account's and its group's only.
+    assert (tmp_path / "record" / "umask").read_text().strip() == "0027"
     log = (tmp_path / "train.log").read_text()
     assert "==== instinct.finetune launch of rank 1 (Slurm job 4242) at " in log
     assert "resume_from_checkpoint=/jobs/j/output/checkpoint-20 ====" in log
@@ -143,7 +150,8 @@ def test_a_scancel_stops_torchrun_and_is_recorded_as_systemd_records_a_stopped_u
 
 def batch_script(device, nproc, **settings):
     variables = {
-        "finetune_job_name": "tiny-sft", "finetune_ranks": [f"mi300-{i:02d}" for i in range(1, 17)],
+        "finetune_job_name": "tiny-sft", "finetune_slurm_job_name": "instinct-finetune-tiny-sft",
+        "finetune_ranks": [f"mi300-{i:02d}" for i in range(1, 17)],
         "finetune_nproc": nproc, "finetune_device": device, "finetune_slurm_gpu_type": "",
         "finetune_slurm_partition": "", "finetune_slurm_account": "", "finetune_slurm_qos": "",
         "finetune_slurm_time_limit": "", "finetune_job_dir": "/var/lib/instinct-finetune/jobs/tiny-sft",
@@ -163,6 +171,9 @@ def test_the_batch_script_runs_rank_sh_once_on_each_of_16_nodes_with_their_8_gpu
                       "#SBATCH --output=/var/lib/instinct-finetune/jobs/tiny-sft/slurm-%j.out"):  # fmt: skip
         assert directive in lines, directive
     assert not any(line.startswith(("#SBATCH --account", "#SBATCH --qos")) for line in lines)
+    # The node's own limits, not the submitting shell's; each node's one task gets every CPU of it.
+    assert "#SBATCH --propagate=NONE" in lines
+    assert any('--cpus-per-task="$SLURM_CPUS_ON_NODE"' in line for line in lines)
     assert lines[-1].strip() == "/etc/instinct-finetune/jobs/tiny-sft/rank.sh"
     assert subprocess.run(["bash", "-n"], input=script, text=True, check=False).returncode == 0
 

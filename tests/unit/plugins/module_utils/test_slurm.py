@@ -437,6 +437,9 @@ def test_what_sbatch_parsable_prints_and_the_scancel_command():
             parse_sbatch_parsable(text)
     assert scancel_argv("4908935") == ["scancel", "4908935"]
     assert scancel_argv(4908935, "/opt/slurm/bin/scancel") == ["/opt/slurm/bin/scancel", "4908935"]
+    # Filtered: only the collection's job of the training account is cancelled under that id.
+    assert scancel_argv("4908935", name="instinct-finetune-sft", user="instinct") == [
+        "scancel", "--name=instinct-finetune-sft", "--user=instinct", "4908935"]  # fmt: skip
     with pytest.raises(SlurmError, match="job id"):
         scancel_argv("-u root")
 
@@ -562,6 +565,7 @@ TWO_NODES = """\
 #SBATCH --exclusive
 #SBATCH --mem=0
 #SBATCH --no-requeue
+#SBATCH --propagate=NONE
 #SBATCH --output=/var/log/instinct-finetune/llama-lora/train.log
 #SBATCH --open-mode=append
 set -euo pipefail
@@ -580,7 +584,7 @@ export PET_MASTER_ADDR=$MASTER_ADDR PET_MASTER_PORT=$MASTER_PORT PET_NNODES=$NNO
 echo "==== instinct.finetune launch of Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST (master $MASTER_ADDR:$MASTER_PORT) at $(date -Is) ===="
 # NODE_RANK is the node's place in the allocation, set in each task ($SLURM_NODEID).
 exec srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \\
-  --kill-on-bad-exit=1 --cpu-bind=none \\
+  --kill-on-bad-exit=1 --cpu-bind=none --cpus-per-task="$SLURM_CPUS_ON_NODE" \\
   /bin/bash -c 'export NODE_RANK=$SLURM_NODEID PET_NODE_RANK=$SLURM_NODEID; exec "$@"' instinct-rank \\
   /opt/instinct/venv/bin/torchrun --nproc_per_node 8 -m instinct_node_tools.launch /etc/instinct-finetune/llama-lora/train.yaml
 """  # noqa: E501 - the script's lines as they are
@@ -615,6 +619,7 @@ def test_the_batch_script_for_sixteen_nodes_with_the_sites_limits():
         "#SBATCH --exclusive",
         "#SBATCH --mem=0",
         "#SBATCH --no-requeue",
+        "#SBATCH --propagate=NONE",
         "#SBATCH --output=/var/log/instinct-finetune/llama-lora/train.log",
         "#SBATCH --open-mode=append",
         "#SBATCH --partition=mi300x",
@@ -796,6 +801,7 @@ def test_each_node_gets_the_argv_and_the_rendezvous_from_slurm(tmp_path):
         "SLURM_JOB_NODELIST": "mi300-[01-02]",
         "SLURM_JOB_NUM_NODES": "2",
         "SLURM_JOB_ID": "4242",
+        "SLURM_CPUS_ON_NODE": "192",
         "HOME": str(tmp_path),
     }
     result = subprocess.run(
@@ -804,12 +810,13 @@ def test_each_node_gets_the_argv_and_the_rendezvous_from_slurm(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "launch of Slurm job 4242 on mi300-[01-02] (master mi300-01:29555)" in result.stdout
     srun_args = (tmp_path / "srun-args").read_text().splitlines()
-    assert srun_args[:5] == [
+    assert srun_args[:6] == [
         "--nodes=2",
         "--ntasks=2",
         "--ntasks-per-node=1",
         "--kill-on-bad-exit=1",
         "--cpu-bind=none",
+        "--cpus-per-task=192",
     ]
     for rank in (0, 1):
         seen = json.loads((tmp_path / f"rank{rank}").read_text())

@@ -11,6 +11,7 @@ from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.instinct.finetune.plugins.modules import running_jobs
+from tests.unit.conftest import role_tasks
 from tests.unit.plugins.modules.test_finetune_job_status import PENDING_RESOURCES, RUNNING_TWO_NODES, SQUEUE_FORGOT
 
 # squeue-l_orfeo-areasciencepark-2026's job 882655 as the collection's format reads a finished one.
@@ -58,6 +59,7 @@ def test_a_slurm_job_pending_or_running_counts_as_running_and_a_finished_or_forg
     rc, result, calls = run(monkeypatch, capsys, tmp_path, ids, answers, units=["instinct-finetune-unit-job.service"])
     assert rc == 0
     assert result["jobs"] == ["trains", "unit-job", "waits"]
+    assert result["by_launcher"] == {"systemd": ["unit-job"], "slurm": ["trains", "waits"]}
     assert result["slurm"]["waits"] == {"job_id": "403035", "state": "PENDING", "error": ""}
     assert result["slurm"]["done"]["state"] == "COMPLETED" and result["slurm"]["gone"]["state"] == ""
     assert "systemd-job" not in result["slurm"]
@@ -81,3 +83,22 @@ def test_a_slurm_job_squeue_cannot_answer_for_counts_as_running(tmp_path, monkey
 def test_no_slurm_job_on_record_asks_no_squeue(tmp_path, monkeypatch, capsys):
     rc, result, calls = run(monkeypatch, capsys, tmp_path, {"never": ""}, {}, found=("systemctl",))
     assert rc == 0 and result["jobs"] == [] and result["slurm"] == {} and calls == []
+
+
+def test_every_stage_that_holds_back_for_a_job_reads_the_slurm_jobs_folder_too():
+    """Each running_jobs task of the roles names the common role's folder of job settings exactly as
+    written (a quoting slip once made it a relative path that matched nothing, so those stages saw
+    no job launched through Slurm); and the module refuses a relative folder."""
+    calls = [(path, task["instinct.finetune.running_jobs"]) for path, task in role_tasks()
+             if "instinct.finetune.running_jobs" in task]  # fmt: skip
+    assert len(calls) >= 8, calls
+    for path, args in calls:
+        assert (args or {}).get("jobs_dir") == "{{ instinct_jobs_conf_dir }}", (str(path), args)
+
+
+def test_a_relative_jobs_folder_is_refused(tmp_path, monkeypatch, capsys):
+    params = {"unit_dir": str(tmp_path), "jobs_dir": '"/etc/instinct-finetune/jobs"'}
+    with patch_module_args(params), pytest.raises(SystemExit) as ended:
+        running_jobs.main()
+    result = json.loads(capsys.readouterr().out)
+    assert ended.value.code == 1 and "is not an absolute path" in result["msg"]
