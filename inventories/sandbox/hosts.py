@@ -23,7 +23,11 @@ MGMT_PREFIX = "172.29.10."
 # ssh's own options for the sandbox: the key and known_hosts up.yml wrote and nothing else, the
 # connection kept open between tasks (ControlPersist), and no compression (Ansible's default -C costs
 # CPU on a local network).
-SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=60s -o PreferredAuthentications=publickey"
+SSH_ARGS = (
+    "-o ControlMaster=auto -o ControlPersist=60s -o PreferredAuthentications=publickey"
+    # A node removed and started again within ControlPersist: the stale master gives up in 15 s.
+    " -o ServerAliveInterval=5 -o ServerAliveCountMax=3"
+)
 
 
 def state_dir(environ=None):
