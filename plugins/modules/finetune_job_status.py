@@ -135,7 +135,7 @@ EXAMPLES = r"""
 - name: Read the state of the job submitted to Slurm, on every node
   instinct.finetune.finetune_job_status:
     launcher: slurm
-    slurm_job_id_file: /var/lib/instinct-finetune/jobs/tiny-sft/slurm-job-id
+    slurm_job_id_file: /etc/instinct-finetune/jobs/tiny-sft/slurm-job-id
     exit_file: /var/lib/instinct-finetune/jobs/tiny-sft/exit-status
     fingerprint_file: /var/lib/instinct-finetune/jobs/tiny-sft/fingerprint
     fingerprint: "{{ finetune_fingerprint }}"
