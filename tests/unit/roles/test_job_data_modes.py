@@ -4,6 +4,8 @@ evaluations) grant nothing to "other"; the one exception is the job's systemd un
 What the stage writes is checked on a real run in test_finetune_stage.py; this covers every task, those
 that need a trained job to run (the evaluation's, the launch's) included."""
 
+import re
+
 import yaml
 
 from tests.unit.conftest import ROOT, tasks_of
@@ -11,6 +13,18 @@ from tests.unit.conftest import ROOT, tasks_of
 # Written where systemd reads units; no data of the job in it.
 UNIT_TASK = "Install the job's systemd unit"
 MODULES = ("ansible.builtin.copy", "ansible.builtin.template", "ansible.builtin.file", "ansible.builtin.lineinfile")
+
+
+# The launch environment's mode: root's alone under systemd, root's and the account's group under Slurm.
+ENV_MODE = "{{ finetune_env_mode }}"
+
+
+def env_modes():
+    """The modes vars/main.yml's finetune_env_mode chooses between (each a literal of the expression)."""
+    expression = yaml.safe_load((ROOT / "roles" / "finetune" / "vars" / "main.yml").read_text())["finetune_env_mode"]
+    modes = re.findall(r"'(0[0-7]{3})'", expression)
+    assert len(modes) == 2, expression
+    return modes
 
 
 def written_modes():
@@ -24,7 +38,11 @@ def written_modes():
                     args = task.get(module) or {}
                     for option in ("mode", "directory_mode"):
                         # The stage's folders take theirs from finetune_stage_dirs, read below.
-                        if option in args and args[option] != "{{ item.mode }}":
+                        if option in args and args[option] == ENV_MODE:
+                            # Either launcher's, as vars/main.yml chooses it.
+                            for mode in env_modes():
+                                yield path.name, task["name"], option, mode
+                        elif option in args and args[option] != "{{ item.mode }}":
                             yield path.name, task["name"], option, str(args[option])
     stage_dirs = yaml.safe_load((ROOT / "roles" / "finetune" / "vars" / "main.yml").read_text())["finetune_stage_dirs"]
     for folder in stage_dirs:
