@@ -55,6 +55,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils.slurm import (
     SlurmError,
     parse_sbatch_parsable,
     scancel_argv,
+    scancel_found_nothing,
 )
 from ansible_collections.instinct.finetune.plugins.module_utils.slurm_jobstate import pending_lines
 
@@ -336,6 +337,11 @@ class ActionModule(ActionBase):
         answer = opened[host].call(COMMAND_MODULE, {"argv": argv})
         slurm["changed"] = bool(answer.get("changed"))
         if answer.get("failed") or answer.get("unreachable") or answer.get("rc", 0) != 0:
+            if not answer.get("unreachable") and scancel_found_nothing(answer.get("stderr")):
+                # The job ended before the scancel (srun ends it when a rank fails): the next rounds
+                # read how every rank ended.
+                slurm["changed"] = False
+                return ""
             said = (answer.get("stderr") or answer.get("msg") or answer.get("stdout") or "no output").strip()
             return (
                 f"{host}: cancelling Slurm job {slurm['job_id']} of job {args['job']} ({' '.join(argv)}) failed: "

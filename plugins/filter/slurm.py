@@ -1,5 +1,6 @@
-"""Filters for Slurm: the batch script of a fine-tune and the cluster's configuration files (what keeps
-nodes from taking a job is read from sinfo by the slurm_nodes_ready action)."""
+"""Filters for Slurm: the batch script of a fine-tune, the allocation of checks and its steps, scancel's
+answers and the cluster's configuration files (what keeps nodes from taking a job is read from sinfo by
+the slurm_nodes_ready action)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -14,6 +15,10 @@ class FilterModule:
 
     def filters(self):
         return {
+            "slurm_allocation_argv": _wrap(slurm.salloc_argv),
             "slurm_batch_script": _wrap(slurm.sbatch_script),
             "slurm_config_files": _wrap(slurm.slurm_config_files),
+            "slurm_granted_job_id": _wrap(slurm.parse_salloc_granted),
+            "slurm_scancel_found_nothing": _wrap(slurm.scancel_found_nothing),
+            "slurm_step_prefix": _wrap(slurm.step_prefix),
         }

@@ -775,6 +775,20 @@ def scancel_argv(job_id, scancel="scancel", name=None, user=None):
     return [*argv, _job_id(job_id)]
 
 
+# What scancel says when there is nothing of the job left to cancel (Slurm's slurm_errno.c):
+# ESLURM_INVALID_JOB_ID, an id slurmctld no longer holds (the job ended and was purged, or the name and
+# user filters do not match it), and ESLURM_ALREADY_DONE, a job that has ended or is ending.
+_SCANCEL_NOTHING_LEFT = ("Invalid job id specified", "Job/step already completing or completed")
+
+
+def scancel_found_nothing(stderr):
+    """Whether a failed scancel only says that the job had already ended: a rank that died ends a
+    Slurm job (srun --kill-on-bad-exit) before the watch's scancel comes, and that is no failure
+    of the stop. Any other error (slurmctld unreachable, permission) is one."""
+    lines = [line for line in str(stderr or "").splitlines() if line.strip()]
+    return bool(lines) and all(any(said in line for said in _SCANCEL_NOTHING_LEFT) for line in lines)
+
+
 # --- nodes (sinfo) -------------------------------------------------------------------------------
 SINFO_FORMAT = "%N|%P|%T|%c|%m|%G|%E"
 _SINFO_LETTERS = {
@@ -1144,6 +1158,75 @@ def sbatch_script(job):
         "  " + " ".join(shlex.quote(item) for item in argv),
     ]
     return "\n".join(lines) + "\n"
+
+
+# --- an allocation for checks (salloc --no-shell, srun --jobid) --------------------------------
+_GRANTED = re.compile(r"^salloc: Granted job allocation (\d+)\s*$", re.M)
+
+
+def _gres(gpus, gpu_type):
+    if not gpus:
+        return []
+    if gpu_type and not _GPU_TYPE.match(str(gpu_type)):
+        raise SlurmError(f"gpu_type {gpu_type!r} is not a GRES type (letters, digits, _ . -)")
+    return [f"--gres=gpu:{gpu_type}:{gpus}" if gpu_type else f"--gres=gpu:{gpus}"]
+
+
+def _node_names(nodes):
+    if not isinstance(nodes, (list, tuple)) or not nodes:
+        raise SlurmError(f"nodes must be a non-empty list of node names, not {nodes!r}")
+    names = [_text(name, "a node name") for name in nodes]
+    wrong = [name for name in names if not _NODE_NAME.match(name)]
+    if wrong or len(set(names)) != len(names):
+        raise SlurmError(f"nodes {names!r} are not distinct Slurm node names")
+    return names
+
+
+def salloc_argv(allocation, salloc="salloc"):
+    """The salloc command that holds whole nodes for checks that must not share their GPUs with
+    another job (the health check's all-reduce and burn-in), and runs nothing itself
+    (``--no-shell``: the allocation stays until scancel or its time limit; its steps come from
+    ``srun --jobid``, step_prefix). One task per node, exactly the nodes named, whole nodes
+    (``--exclusive``, ``--mem=0``), their GPUs as GRES.
+
+    ``allocation``: ``name``, ``nodes`` (Slurm node names), ``gpus_per_node`` (0: no GRES),
+    ``wait_seconds`` (``--immediate``: salloc gives up when Slurm cannot place it that soon, say
+    because another job holds the nodes), ``time_limit``, and optionally ``gpu_type``,
+    ``partition``, ``account``, ``qos``."""
+    if not isinstance(allocation, dict):
+        raise SlurmError(f"the allocation must be a mapping, not {allocation!r}")
+    nodes = _node_names(allocation.get("nodes"))
+    name = _text(allocation.get("name"), "the allocation name", allow_pipe=False)
+    gpus = _positive_int(allocation.get("gpus_per_node", 0), "gpus_per_node", minimum=0)
+    wait = _positive_int(allocation.get("wait_seconds"), "wait_seconds")
+    if allocation.get("time_limit") in (None, ""):
+        raise SlurmError("an allocation for checks needs a time_limit: it must end if nothing cancels it")
+    options = [line[len("#SBATCH "):] for line in _optional_directives(
+        {key: allocation.get(key) for key in ("partition", "account", "qos", "time_limit")})]  # fmt: skip
+    return [salloc, "--no-shell", f"--job-name={name}", f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}",
+            "--ntasks-per-node=1", "--exclusive", "--mem=0", *_gres(gpus, allocation.get("gpu_type")),
+            f"--immediate={wait}", *options]  # fmt: skip
+
+
+def parse_salloc_granted(text):
+    """The job id of ``salloc: Granted job allocation ID``, the line salloc prints on standard
+    error once Slurm gave it the nodes. A salloc that was not granted (``--immediate`` ran out, the
+    request cannot be met) prints no such line: SlurmError, with what it said."""
+    found = _GRANTED.findall(str(text or ""))
+    if len(found) != 1:
+        said = " | ".join(line.strip() for line in str(text or "").splitlines() if line.strip()) or "nothing"
+        raise SlurmError(f"salloc granted no allocation: {said}")
+    return found[0]
+
+
+def step_prefix(job_id, node, gpus=0, gpu_type=None, srun="srun"):
+    """The srun that runs a command (the argv the caller appends) once on ``node`` as a step of
+    allocation ``job_id``, with every CPU of the node (``--whole``) and its ``gpus`` as GRES, so that
+    Slurm sets ROCR_VISIBLE_DEVICES to them; it ends with ``--``. The step's environment is the
+    caller's (srun exports it), its failure the step's (``--kill-on-bad-exit``)."""
+    (name,) = _node_names([node])
+    return [srun, f"--jobid={_job_id(job_id)}", "--nodes=1", "--ntasks=1", f"--nodelist={name}", "--whole",
+            *_gres(_positive_int(gpus, "gpus", minimum=0), gpu_type), "--kill-on-bad-exit=1", "--"]  # fmt: skip
 
 
 # --- slurm.conf, gres.conf, cgroup.conf ---------------------------------------------------------

@@ -4,7 +4,10 @@ commands run inside a node."""
 import importlib.util
 import json
 import os
+import re
 import subprocess
+import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -138,6 +141,58 @@ class AlertReceiver:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+# A job's checkpoints, processes, progress and the plays that watch it.
+def since_last_launch(text):
+    """The part of a training log written by the latest launch (the unit marks each one)."""
+    return text.rsplit("==== instinct.finetune launch", 1)[-1]
+
+
+def complete_checkpoints(host, job):
+    out = node(host, "sh", "-c", f"ls -d {JOB_ROOT}/{job}/output/checkpoint-*/trainer_state.json", check=False)
+    return sorted(int(re.search(r"checkpoint-(\d+)/", line).group(1)) for line in out.stdout.split())
+
+
+def training_processes(host):
+    out = node(host, "pgrep", "-af", "torchrun|instinct_node_tools.launch", check=False)
+    return [line for line in out.stdout.splitlines() if "pgrep" not in line]
+
+
+def run_in_thread(playbook, extra, outcome):
+    """A playbook run in the background (a job's watching play), its result put in ``outcome``."""
+
+    def run():
+        outcome["result"] = sandbox.run_playbook(
+            playbook,
+            cmdline=sandbox.site_cmdline(extra),
+            extravars={"finetune_collect_dir": str(sandbox.collect_dir()), "finetune_progress_interval": 5},
+            quiet=True,
+        )
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def wait_until(condition, thread, what, timeout=600):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not condition():
+        assert thread is None or thread.is_alive(), f"the play ended before {what}"
+        time.sleep(1)
+    assert condition(), what
+
+
+def trained_steps(host, job):
+    """The newest step of the latest launch in a node's progress file (0 before its first)."""
+    out = node(host, "sh", "-c", f"cat {JOB_ROOT}/{job}/metrics/rank*.prom", check=False).stdout
+    found = re.search(r"^instinct_finetune_step\{[^}]*\} (\S+)$", out, re.M)
+    return float(found.group(1)) if found else 0
+
+
+# torchrun's worker of the node tools' launcher, the process a test kills or freezes.
+WORKER = "python[0-9.]* -u -m instinct_node_tools.launch"
+WATCH_TASK = "Watch the job until it ends, a rank dies or it stalls"
 
 
 # The health check's burn-in on the containers' shared cores: small matrices, one thread a node, and a

@@ -18,7 +18,6 @@ import math
 import os
 import re
 import shutil
-import threading
 import time
 from pathlib import Path
 
@@ -30,32 +29,25 @@ from cluster import (
     ROOT,
     SMOKE_TASK,
     VENV,
+    WATCH_TASK,
+    WORKER,
     Hub,
     as_trainer,
+    complete_checkpoints,
     debug_messages,
     mgmt_address,
     node,
     node_python,
+    run_in_thread,
     sandbox,
+    since_last_launch,
     summary_lines,
+    trained_steps,
+    training_processes,
+    wait_until,
 )
 
 FAULT_JOB = "sandbox-fault"
-
-
-def since_last_launch(text):
-    """The part of a training log written by the latest launch (the unit marks each one)."""
-    return text.rsplit("==== instinct.finetune launch", 1)[-1]
-
-
-def complete_checkpoints(host, job):
-    out = node(host, "sh", "-c", f"ls -d {JOB_ROOT}/{job}/output/checkpoint-*/trainer_state.json", check=False)
-    return sorted(int(re.search(r"checkpoint-(\d+)/", line).group(1)) for line in out.stdout.split())
-
-
-def training_processes(host):
-    out = node(host, "pgrep", "-af", "torchrun|instinct_node_tools.launch", check=False)
-    return [line for line in out.stdout.splitlines() if "pgrep" not in line]
 
 
 @pytest.fixture(scope="module")
@@ -632,35 +624,6 @@ def test_the_evaluation_is_compared_with_a_reference_runs(converged, tmp_path):
     # (tests/unit/plugins/module_utils/test_jobspec.py) and the role's first task.
 
 
-def run_in_thread(playbook, extra, outcome):
-    def run():
-        outcome["result"] = sandbox.run_playbook(
-            playbook,
-            cmdline=sandbox.site_cmdline(extra),
-            extravars={"finetune_collect_dir": str(sandbox.collect_dir()), "finetune_progress_interval": 5},
-            quiet=True,
-        )
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
-
-
-def wait_until(condition, thread, what, timeout=600):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not condition():
-        assert thread is None or thread.is_alive(), f"the fault job's play ended before {what}"
-        time.sleep(1)
-    assert condition(), what
-
-
-def trained_steps(host, job):
-    """The newest step of the latest launch in a node's progress file (0 before its first)."""
-    out = node(host, "sh", "-c", f"cat {JOB_ROOT}/{job}/metrics/rank*.prom", check=False).stdout
-    found = re.search(r"^instinct_finetune_step\{[^}]*\} (\S+)$", out, re.M)
-    return float(found.group(1)) if found else 0
-
-
 def test_a_killed_and_a_frozen_rank_of_a_zero3_job_stop_it_and_reruns_resume(converged, added_task, planted_pth, hub):
     """One ZeRO-3 full fine-tune through what a long run meets: node2's worker killed after the first
     checkpoint (the play fails naming node2), a resume on node1 alone refused before anything
@@ -700,7 +663,6 @@ STALL_MINUTES = 2
 FAULT = f"{FAULT_SETTINGS} -e finetune_stall_minutes={STALL_MINUTES}"
 # The watching plays' round (run_in_thread's finetune_progress_interval).
 ROUND_SECONDS = 5
-WORKER = "python[0-9.]* -u -m instinct_node_tools.launch"  # torchrun's worker of the node tools' launcher
 
 
 def the_hubs_file_fetches(hub):
@@ -1012,7 +974,6 @@ def the_full_fine_tunes_weights_load_and_beat_the_base_model():
     assert evaluated["base_eval_loss"] == main["base_eval_loss"]
 
 
-WATCH_TASK = "Watch the job until it ends, a rank dies or it stalls"
 STACK_PLAY = "Install the training stack (Python, PyTorch, DeepSpeed, LLaMA-Factory)"
 LOCK_TASK = "Take this node's run lock (a second run changing the node is refused)"
 

@@ -182,6 +182,21 @@ def test_a_scancel_that_fails_fails_the_watch_naming_the_controller_and_the_runb
     )
 
 
+def test_a_job_that_ended_before_its_scancel_is_read_to_its_end_naming_the_rank_that_died(monkeypatch, shown):
+    """node2's rank died and srun ended the job on every node before the watch's scancel came: scancel's
+    "Invalid job id specified" (what the sandbox's Slurm 21.08 printed) is no failure of the stop."""
+    gone = {"failed": True, "changed": True, "rc": 1, "msg": "non-zero return code", "stdout": "",
+            "stderr": "scancel: error: Kill job error on job id 424906: Invalid job id specified"}  # fmt: skip
+    nodes = {
+        "node1": Node("node1", [read("running", RUNNING, idle=20.0, step=12), read("failed", FAILED)], command=gone),
+        "node2": Node("node2", [read("failed", FAILED)]),
+    }
+    result = watch(monkeypatch, nodes, launcher="slurm", slurm_job_id="424906")
+    assert "failed" not in result, result
+    assert result["first_failed"] == ["node2"]
+    assert stops(nodes)["node1"] == [(COMMAND, {"argv": ["scancel", "424906"]})]
+
+
 def test_the_systemd_launcher_still_stops_each_running_rank_and_reads_without_a_launcher(monkeypatch, shown):
     running = {key: value for key, value in read("running", None, idle=20.0, step=12).items() if key != "slurm"}
     failed = {key: value for key, value in read("failed", None).items() if key != "slurm"}

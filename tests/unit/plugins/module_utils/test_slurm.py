@@ -34,6 +34,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils.slurm import (
     parse_gres,
     parse_node_state,
     parse_sacct,
+    parse_salloc_granted,
     parse_sbatch_parsable,
     parse_sinfo,
     parse_sinfo_table,
@@ -41,14 +42,17 @@ from ansible_collections.instinct.finetune.plugins.module_utils.slurm import (
     parse_squeue_table,
     sacct_argv,
     sacct_job,
+    salloc_argv,
     sbatch_script,
     scancel_argv,
+    scancel_found_nothing,
     sinfo_argv,
     sinfo_nodes,
     slurm_conf,
     slurm_config_files,
     slurm_confinement,
     squeue_argv,
+    step_prefix,
 )
 from tests.unit.conftest import FIXTURES
 
@@ -1016,8 +1020,82 @@ def test_a_default_partition_holds_every_node():
 # --- the filters ---------------------------------------------------------------------------------
 def test_the_filters_wrap_errors_for_ansible():
     filters = FilterModule().filters()
-    assert set(filters) == {"slurm_batch_script", "slurm_config_files"}
+    assert set(filters) == {"slurm_allocation_argv", "slurm_batch_script", "slurm_config_files", "slurm_granted_job_id",
+                            "slurm_scancel_found_nothing", "slurm_step_prefix"}  # fmt: skip
     assert filters["slurm_batch_script"](job()) == TWO_NODES
     with pytest.raises(AnsibleFilterError, match="sbatch_script"):
         filters["slurm_batch_script"](job(name="a|b"))
     assert SQUEUE_FORMAT.count("|") == 7
+
+
+# --- an allocation for checks, its steps, and scancel's answers ----------------------------------
+
+
+def test_the_allocation_holds_exactly_the_nodes_whole_with_their_gpus_and_gives_up_in_time():
+    argv = salloc_argv({"name": "instinct-health", "nodes": ["mi300x-01", "mi300x-02"], "gpus_per_node": 8,
+                        "gpu_type": "mi300x", "wait_seconds": 300, "time_limit": 17, "partition": "gpu",
+                        "account": "", "qos": None})  # fmt: skip
+    assert argv == ["salloc", "--no-shell", "--job-name=instinct-health", "--nodes=2", "--nodelist=mi300x-01,mi300x-02",
+                    "--ntasks-per-node=1", "--exclusive", "--mem=0", "--gres=gpu:mi300x:8", "--immediate=300",
+                    "--partition=gpu", "--time=17"]  # fmt: skip
+    # CPU nodes: no GRES.
+    cpu = salloc_argv({"name": "h", "nodes": ["n1"], "gpus_per_node": 0, "wait_seconds": 5, "time_limit": "1:00:00"})
+    assert not any(item.startswith("--gres") for item in cpu) and cpu[-1] == "--time=1:00:00"
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"time_limit": ""}, "needs a time_limit"),
+        ({"nodes": []}, "non-empty list"),
+        ({"nodes": ["n1", "n1"]}, "not distinct"),
+        ({"nodes": ["n1 --uid=0"]}, "not distinct Slurm node names"),
+        ({"wait_seconds": 0}, "wait_seconds must be at least 1"),
+        ({"partition": "gpu --qos=high"}, "not a Slurm name"),
+        ({"gpu_type": "mi300x:8"}, "not a GRES type"),
+        ({"name": "a|b"}, "separates squeue"),
+    ],
+)
+def test_an_allocation_salloc_could_not_take_is_refused(change, error):
+    allocation = {"name": "h", "nodes": ["n1", "n2"], "gpus_per_node": 8, "wait_seconds": 60, "time_limit": 10}
+    with pytest.raises(SlurmError, match=error):
+        salloc_argv(allocation | change)
+
+
+def test_the_granted_job_id_is_read_from_a_real_salloc_and_a_refusal_is_named():
+    # salloc's lines around a command (ULHPC's docs, tests/fixtures/slurm/SOURCES.md).
+    assert parse_salloc_granted(text("salloc_ulhpc-docs_granted-no-command.txt")) == "9824090"
+    with pytest.raises(SlurmError, match="granted no allocation: salloc: error: Unable to allocate resources"):
+        parse_salloc_granted("salloc: error: Unable to allocate resources: Requested nodes are busy\n")
+    with pytest.raises(SlurmError, match="granted no allocation: nothing"):
+        parse_salloc_granted("")
+
+
+def test_a_step_runs_once_on_its_node_with_the_whole_node_and_its_gpus():
+    assert step_prefix("9824090", "mi300x-02", 8) == [
+        "srun", "--jobid=9824090", "--nodes=1", "--ntasks=1", "--nodelist=mi300x-02", "--whole", "--gres=gpu:8",
+        "--kill-on-bad-exit=1", "--"]  # fmt: skip
+    assert "--gres=gpu:mi300x:8" in step_prefix("1", "n", "8", "mi300x")
+    assert not any(item.startswith("--gres") for item in step_prefix("1", "n", 0))
+    with pytest.raises(SlurmError):
+        step_prefix("1; reboot", "n", 8)
+    with pytest.raises(SlurmError):
+        step_prefix("1", "-n1", 8)
+
+
+def test_scancel_of_a_job_that_had_ended_is_told_from_a_failing_scancel():
+    # What scancel prints for an id slurmctld no longer holds (GC3Pie's recording; the sandbox's 21.08
+    # printed the same for the job a failed rank had already ended).
+    assert scancel_found_nothing(text("scancel_gc3pie_invalid-job-id.txt")) is True
+    assert scancel_found_nothing(
+        "scancel: error: Kill job error on job id 424906: Job/step already completing or completed"
+    )
+    assert scancel_found_nothing("") is False
+    assert scancel_found_nothing("scancel: error: Kill job error on job id 15: Access/permission denied") is False
+    assert (
+        scancel_found_nothing(
+            text("scancel_gc3pie_invalid-job-id.txt")
+            + "scancel: error: slurm_receive_msg: Socket timed out on send/recv operation"
+        )
+        is False
+    )
