@@ -19,7 +19,7 @@ collection:   ## build the collection tarball and install it into a temp path
 molecule:     ## every molecule scenario (MOLECULE_SCENARIOS="a b" to choose)
 	bash scripts/test.sh venv molecule
 
-e2e:          ## the sandbox cluster end to end: site.yml, a re-run, a killed rank and its resume
+e2e:          ## the sandbox cluster end to end: site.yml, a re-run, a frozen rank, Slurm with a killed rank, resumes
 	bash scripts/test.sh venv e2e
 
 sandbox:      ## the main job: site.yml on the local sandbox cluster

@@ -32,7 +32,7 @@ JOB_FILE = ROOT / "jobs" / "sandbox-tiny.yml"
 RESOURCES = ROOT / "molecule" / "resources"
 
 
-def _inventory_script():
+def inventory_script():
     spec = importlib.util.spec_from_file_location("sandbox_inventory", INVENTORY / "hosts.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -43,13 +43,13 @@ def nodes():
     """The sandbox's node names, SANDBOX_NODES of them (default 2), as its inventory lists them.
     A bad SANDBOX_NODES stops here with the inventory's message (Ansible would only warn that it
     could not parse the inventory and run on no host)."""
-    script = _inventory_script()
+    script = inventory_script()
     return script.inventory(script.node_count(os.environ))["instinct_nodes"]["hosts"]
 
 
 def cache_dir():
     """The sandbox's state (the inventory's state_dir(): its SSH key lives there too)."""
-    path = _inventory_script().state_dir()
+    path = inventory_script().state_dir()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

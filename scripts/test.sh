@@ -2,7 +2,7 @@
 # The one test command (`make test`): every check, from a bare machine.
 #   controller venv, then two lanes side by side:
 #     e2e lane:   Docker engine + images -> the end-to-end run on the sandbox cluster (site.yml through
-#                 ansible-runner, monitoring, a killed rank, a resume, health.yml)
+#                 ansible-runner, monitoring, a frozen rank, a resume, health.yml, Slurm with a killed rank)
 #     check lane: ruff -> yamllint -> markdown -> ansible-lint -> ansible-test sanity -> syntax-check
 #                 -> changelog lint -> pytest unit tests -> collection build/install/doc
 #                 -> (the images, once the e2e lane has them) -> the molecule scenarios -> the watch soak
