@@ -776,8 +776,9 @@ def scancel_argv(job_id, scancel="scancel", name=None, user=None):
 
 
 # What scancel says when there is nothing of the job left to cancel (Slurm's slurm_errno.c):
-# ESLURM_INVALID_JOB_ID, an id slurmctld no longer holds (the job ended and was purged, or the name and
-# user filters do not match it), and ESLURM_ALREADY_DONE, a job that has ended or is ending.
+# ESLURM_INVALID_JOB_ID, an id slurmctld no longer holds (the job ended and was purged), and
+# ESLURM_ALREADY_DONE, a job that has ended or is ending. (A job the name and user filters do not match
+# is left alone without a word: scancel exits 0.)
 _SCANCEL_NOTHING_LEFT = ("Invalid job id specified", "Job/step already completing or completed")
 
 

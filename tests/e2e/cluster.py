@@ -47,8 +47,15 @@ def _ssh(host):
 
 
 def node(host, *argv, check=True):
-    """Run argv inside a node (as root), over SSH; argv is quoted for the node's shell."""
-    return subprocess.run([*_ssh(host), shlex.join(argv)], capture_output=True, text=True, check=check)
+    """Run argv inside a node (as root), over SSH; argv is quoted for the node's shell. ssh's own
+    failure (exit 255: no connection) always raises: read as the command's exit, it would pass for
+    "nothing found" (no process, no checkpoint) where a test checks that nothing is left."""
+    done = subprocess.run(
+        [*_ssh(host), shlex.join(argv)], check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
+    if done.returncode == 255 or (check and done.returncode != 0):
+        raise subprocess.CalledProcessError(done.returncode, done.args, done.stdout, done.stderr)
+    return done
 
 
 def as_trainer(host, *argv, check=False):

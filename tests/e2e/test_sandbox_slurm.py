@@ -204,8 +204,8 @@ def test_a_job_through_slurm_killed_resumed_as_a_new_job_re_attached_and_evaluat
 
 def test_health_runs_its_all_reduce_and_burn_in_as_steps_of_one_slurm_allocation(slurm):
     """health.yml with the Slurm launcher (it follows finetune_launcher): one allocation of both nodes,
-    whole, made by the training account; the all-reduce and the burn-in as its steps on every node;
-    the allocation released at the end (scancel), so nothing of it stays queued."""
+    whole, made by the training account; the all-reduce and the burn-in as its steps on every node, each
+    with the node's 8 GPUs as GRES; the allocation released at the end (scancel)."""
     extravars = {**SANDBOX_BURNIN, "health_allreduce_sizes_mb": [1], "health_burnin_seconds": 2}
     checked = run("health.yml", extravars=extravars)
     assert checked.rc == 0, checked.failures
@@ -213,13 +213,22 @@ def test_health_runs_its_all_reduce_and_burn_in_as_steps_of_one_slurm_allocation
     job_id = re.search(r"run as steps of Slurm job (\d+) \(instinct-health", said).group(1)
     assert sorted(debug_messages(checked, "Show the all-reduce figures")) == NODES
     assert checked.ran("Release the checks' Slurm allocation") == [NODES[0]]
-    assert node(NODES[0], "squeue", "--noheader", "--name=instinct-health").stdout.strip() == ""
-    command = ["sacct", f"--jobs={job_id}", "--parsable2", "--noheader", "--format=JobID,JobName,State,NodeList,User"]
-    rows = [line.split("|") for line in node(NODES[0], *command).stdout.splitlines()]
-    allocation, steps = rows[0], rows[1:]
+    steps = ("instinct-allreduce", "instinct-burnin")
+
+    def ended(lines):
+        return len(lines) >= 5 and lines[0][2].startswith("CANCELLED") and all(
+            line[2] == "COMPLETED" for line in lines if line[1] in steps)  # fmt: skip
+
+    command = ["sacct", f"--jobs={job_id}", "--parsable2", "--noheader",
+               "--format=JobID,JobName,State,NodeList,User,AllocTRES"]  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not ended(rows := [line.split("|") for line in node(NODES[0], *command).stdout.splitlines()]):
+        assert time.monotonic() < deadline, rows
+        time.sleep(2)
+    allocation = rows[0]
     assert allocation[1] == "instinct-health" and allocation[4] == "instinct", rows
     assert node(NODES[0], "scontrol", "show", "hostnames", allocation[3]).stdout.split() == NODES, rows
-    # One all-reduce and one burn-in step on each node, each completed.
-    ran = sorted((step[1], step[3], step[2]) for step in steps if step[1] in ("instinct-allreduce", "instinct-burnin"))
-    assert ran == sorted((name, host, "COMPLETED") for name in ("instinct-allreduce", "instinct-burnin")
-                         for host in NODES), rows  # fmt: skip
+    # One all-reduce and one burn-in step on each node, with the node's GPUs.
+    ran = sorted((step[1], step[3]) for step in rows[1:] if step[1] in steps)
+    assert ran == sorted((name, host) for name in steps for host in NODES), rows
+    assert all("gres/gpu=8" in step[5] for step in rows[1:] if step[1] in steps), rows
