@@ -59,8 +59,11 @@ def node(host, *argv, check=True):
 
 
 def as_trainer(host, *argv, check=False):
-    """Run argv inside a node as the training account, the way the units run."""
-    return node(host, "sudo", "-H", "-u", "instinct", *argv, check=check)
+    """Run argv inside a node as the training account, the way the units and the roles' tasks run it:
+    from the account's home (an SSH session starts in root's, which the account cannot enter; Ansible's
+    modules move to the become user's home, and the units have their own WorkingDirectory)."""
+    return node(host, "sh", "-c", 'cd "$(getent passwd instinct | cut -d: -f6)" && exec sudo -H -u instinct "$@"',
+                "as-trainer", *argv, check=check)  # fmt: skip
 
 
 def node_python(host, code):
