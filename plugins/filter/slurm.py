@@ -1,5 +1,5 @@
-"""Filters for Slurm: the batch script of a fine-tune, the allocation of checks and its steps, scancel's
-answers and the cluster's configuration files (what keeps nodes from taking a job is read from sinfo by
+"""Filters for Slurm: the batch script of a fine-tune, the allocation of checks and its steps, the
+nodes' Slurm names and the cluster's configuration files (what keeps nodes from taking a job is read from sinfo by
 the slurm_nodes_ready action)."""
 
 from __future__ import absolute_import, division, print_function
@@ -19,6 +19,6 @@ class FilterModule:
             "slurm_batch_script": _wrap(slurm.sbatch_script),
             "slurm_config_files": _wrap(slurm.slurm_config_files),
             "slurm_granted_job_id": _wrap(slurm.parse_salloc_granted),
-            "slurm_scancel_found_nothing": _wrap(slurm.scancel_found_nothing),
+            "slurm_node_names": _wrap(slurm.node_names),
             "slurm_step_prefix": _wrap(slurm.step_prefix),
         }

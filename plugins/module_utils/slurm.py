@@ -15,6 +15,9 @@ The commands the collection runs (each built here, so that command and parser ha
   columns, so a recording with any field list reads the same way).
 - ``sinfo --Node --noheader --format=%N|%P|%T|%c|%m|%G|%E`` (one line per node and partition; the
   reason last, as it is free text).
+- ``squeue --noheader --name=N --user=U --states=... --format=%i`` then ``scancel --name=N
+  --user=U ID...`` (a cancel: what it ends is read first, as scancel's filters match nothing
+  without a word).
 
 ``--json`` exists for all three since Slurm 21.08, but its schema changes with every release (data
 parser v0.0.37 in 21.08, v0.0.38 in 22.05, ...), while a site's own Slurm may be any version; the
@@ -763,16 +766,19 @@ def parse_sbatch_parsable(text):
 
 
 def scancel_argv(job_id, scancel="scancel", name=None, user=None):
-    """The scancel command that ends one job, every step on every node (scancel(1)). With ``name``
-    and ``user``, scancel's filters: the job is cancelled only if it has that name and belongs to
-    that user, so an id that now names someone else's job (ids reused after Slurm's state was
-    lost, another cluster's id) cancels nothing."""
+    """The scancel command that ends one job (or each of a list of ids), every step on every node
+    (scancel(1)). With ``name`` and ``user``, scancel's filters: the job is cancelled only if it has
+    that name and belongs to that user, so an id that now names someone else's job (ids reused
+    after Slurm's state was lost, another cluster's id) cancels nothing."""
+    ids = list(job_id) if isinstance(job_id, (list, tuple)) else [job_id]
+    if not ids:
+        raise SlurmError("scancel needs a job id: without one its filters would cancel every match")
     argv = [scancel]
     if name:
         argv.append(f"--name={_text(name, 'the job name', allow_pipe=False)}")
     if user:
         argv.append(f"--user={_text(user, 'the user', allow_pipe=False)}")
-    return [*argv, _job_id(job_id)]
+    return [*argv, *(_job_id(one) for one in ids)]
 
 
 # What scancel says when there is nothing of the job left to cancel (Slurm's slurm_errno.c):
@@ -788,6 +794,34 @@ def scancel_found_nothing(stderr):
     of the stop. Any other error (slurmctld unreachable, permission) is one."""
     lines = [line for line in str(stderr or "").splitlines() if line.strip()]
     return bool(lines) and all(any(said in line for said in _SCANCEL_NOTHING_LEFT) for line in lines)
+
+
+# Every state in which a job still holds or waits for nodes: what a cancel has to end.
+UNFINISHED_STATES = tuple(sorted(PENDING_STATES | ACTIVE_STATES))
+
+
+def cancel_candidates_argv(name, user, job_id=None, nodes=None, squeue="squeue"):
+    """The squeue command that lists, one id a line, the unfinished jobs a cancel would end: those
+    of ``user`` named ``name``, and only job ``job_id`` or only jobs on ``nodes`` when given.
+    scancel with the same filters says nothing when they match no job (it exits 0), so the cancel
+    reads first what there is: an honest "changed", and check mode that knows what it would end."""
+    argv = [squeue, "--noheader", f"--name={_text(name, 'the job name', allow_pipe=False)}",
+            f"--user={_text(user, 'the user', allow_pipe=False)}",
+            f"--states={','.join(UNFINISHED_STATES)}"]  # fmt: skip
+    if job_id not in (None, ""):
+        argv.append(f"--jobs={_job_id(job_id)}")
+    if nodes:
+        argv.append(f"--nodelist={','.join(_node_names(nodes))}")
+    return [*argv, "--format=%i"]
+
+
+def parse_job_ids(text):
+    """The job ids of ``squeue --format=%i --noheader``, one a line, in order and once each."""
+    ids = []
+    for line in str(text or "").splitlines():
+        if line.strip() and _job_id(line) not in ids:
+            ids.append(_job_id(line))
+    return ids
 
 
 # --- nodes (sinfo) -------------------------------------------------------------------------------
@@ -1181,6 +1215,21 @@ def _node_names(nodes):
     if wrong or len(set(names)) != len(names):
         raise SlurmError(f"nodes {names!r} are not distinct Slurm node names")
     return names
+
+
+def node_names(hosts, hostvars):
+    """The Slurm node names of inventory ``hosts``: each host's short host name
+    (``ansible_facts.hostname``), which the slurm role writes as its NodeName and which a site's
+    slurm.conf uses by Slurm's own default (NodeName is what ``hostname -s`` prints). A host whose
+    facts hold no host name has not been read yet: SlurmError naming it."""
+    names = []
+    for host in hosts or ():
+        facts = (hostvars.get(host) or {}).get("ansible_facts") or {}
+        if not facts.get("hostname"):
+            raise SlurmError(f"{host}: no host name in its facts to name it to Slurm by: read them first "
+                             "(ansible.builtin.setup with gather_subset platform)")  # fmt: skip
+        names.append(facts["hostname"])
+    return _node_names(names)
 
 
 def salloc_argv(allocation, salloc="salloc"):

@@ -21,6 +21,7 @@ from cluster import (
     SANDBOX_BURNIN,
     WATCH_TASK,
     WORKER,
+    as_trainer,
     complete_checkpoints,
     debug_messages,
     node,
@@ -59,16 +60,18 @@ def run(playbook, extra="", **kwargs):
     return sandbox.run_playbook(playbook, cmdline=sandbox.site_cmdline(f"{SETTINGS} {extra}"), quiet=True, **kwargs)
 
 
-def accounting(*argv, want=None, timeout=60):
-    """sacct's lines (JobID|JobName|State|NNodes|AllocTRES) on node1, waited for until ``want`` holds:
-    slurmctld hands a job's end to slurmdbd a moment after it ended."""
-    command = ["sacct", "--allusers", "--allocations", "--parsable2", "--noheader",
-               "--format=JobID,JobName,State,NNodes,AllocTRES", *argv]  # fmt: skip
+def accounting(*argv, want=None, fields="JobID,JobName,State,NNodes,AllocTRES", steps=False, timeout=60):
+    """sacct's lines (``fields``, split) on node1, the jobs only or with their ``steps``, waited for
+    until ``want`` holds: slurmctld hands a job's end to slurmdbd a moment after it ended. A ``want``
+    still false at the timeout fails, with the lines."""
+    command = ["sacct", "--allusers", "--parsable2", "--noheader", f"--format={fields}",
+               *([] if steps else ["--allocations"]), *argv]  # fmt: skip
     deadline = time.monotonic() + timeout
     while True:
         lines = [line.split("|") for line in node(NODES[0], *command).stdout.splitlines()]
-        if want is None or want(lines) or time.monotonic() > deadline:
+        if want is None or want(lines):
             return lines
+        assert time.monotonic() < deadline, (command, lines)
         time.sleep(2)
 
 
@@ -207,24 +210,30 @@ def test_health_runs_its_all_reduce_and_burn_in_as_steps_of_one_slurm_allocation
     whole, made by the training account; the all-reduce and the burn-in as its steps on every node, each
     with the node's 8 GPUs as GRES; the allocation released at the end (scancel)."""
     extravars = {**SANDBOX_BURNIN, "health_allreduce_sizes_mb": [1], "health_burnin_seconds": 2}
+    # What a health.yml cut off after its salloc leaves: an allocation holding both nodes whole, which
+    # the new one's exclusive salloc could not get past; the run releases it first.
+    left = as_trainer(NODES[0], "salloc", "--no-shell", "--job-name=instinct-health", "--nodes=2", "--exclusive",
+                      "--time=10", check=True)  # fmt: skip
+    left_id = re.search(r"Granted job allocation (\d+)", left.stderr).group(1)
     checked = run("health.yml", extravars=extravars)
     assert checked.rc == 0, checked.failures
+    assert (NODES[0], "Release what an interrupted health check left allocated on these nodes") in (
+        checked.changed_tasks())  # fmt: skip
+    assert accounting(f"--jobs={left_id}")[0][2].startswith("CANCELLED")
     said = " ".join(str(m) for m in debug_messages(checked, "Say which Slurm job runs the checks").values())
     job_id = re.search(r"run as steps of Slurm job (\d+) \(instinct-health", said).group(1)
     assert sorted(debug_messages(checked, "Show the all-reduce figures")) == NODES
     assert checked.ran("Release the checks' Slurm allocation") == [NODES[0]]
     steps = ("instinct-allreduce", "instinct-burnin")
 
+    # The release ended something: the module read the allocation in squeue before cancelling it.
+    assert (NODES[0], "Release the checks' Slurm allocation") in checked.changed_tasks()
+
     def ended(lines):
         return len(lines) >= 5 and lines[0][2].startswith("CANCELLED") and all(
             line[2] == "COMPLETED" for line in lines if line[1] in steps)  # fmt: skip
 
-    command = ["sacct", f"--jobs={job_id}", "--parsable2", "--noheader",
-               "--format=JobID,JobName,State,NodeList,User,AllocTRES"]  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not ended(rows := [line.split("|") for line in node(NODES[0], *command).stdout.splitlines()]):
-        assert time.monotonic() < deadline, rows
-        time.sleep(2)
+    rows = accounting(f"--jobs={job_id}", want=ended, fields="JobID,JobName,State,NodeList,User,AllocTRES", steps=True)
     allocation = rows[0]
     assert allocation[1] == "instinct-health" and allocation[4] == "instinct", rows
     assert node(NODES[0], "scontrol", "show", "hostnames", allocation[3]).stdout.split() == NODES, rows

@@ -16,10 +16,14 @@ from hypothesis import strategies as st
 
 from ansible_collections.instinct.finetune.plugins.filter.slurm import FilterModule
 from ansible_collections.instinct.finetune.plugins.module_utils.slurm import (
+    ACTIVE_STATES,
+    FINISHED_STATES,
+    PENDING_STATES,
     SACCT_FIELDS,
     SINFO_FORMAT,
     SQUEUE_FORMAT,
     SlurmError,
+    cancel_candidates_argv,
     cgroup_conf,
     compress_hostlist,
     expand_hostlist,
@@ -28,10 +32,12 @@ from ansible_collections.instinct.finetune.plugins.module_utils.slurm import (
     job_phase,
     job_state,
     job_status,
+    node_names,
     node_problems,
     parse_duration,
     parse_exit_code,
     parse_gres,
+    parse_job_ids,
     parse_node_state,
     parse_sacct,
     parse_salloc_granted,
@@ -446,6 +452,31 @@ def test_what_sbatch_parsable_prints_and_the_scancel_command():
         "scancel", "--name=instinct-finetune-sft", "--user=instinct", "4908935"]  # fmt: skip
     with pytest.raises(SlurmError, match="job id"):
         scancel_argv("-u root")
+    assert scancel_argv(["403035", "424906"], name="n", user="u")[-2:] == ["403035", "424906"]
+    with pytest.raises(SlurmError, match="filters would cancel every match"):
+        scancel_argv([], name="n", user="u")
+
+
+def test_the_cancel_reads_first_what_its_filters_match():
+    argv = cancel_candidates_argv("instinct-health", "instinct", nodes=["hbnode-38", "hbnode-39"])
+    assert argv[:4] == ["squeue", "--noheader", "--name=instinct-health", "--user=instinct"]
+    assert argv[-2:] == ["--nodelist=hbnode-38,hbnode-39", "--format=%i"]
+    assert cancel_candidates_argv("n", "u", job_id="424906")[-2] == "--jobs=424906"
+    states = set(argv[4].removeprefix("--states=").split(","))
+    assert states == {*PENDING_STATES, *ACTIVE_STATES} and not states & FINISHED_STATES
+    assert parse_job_ids("403035\n424906\n\n403035\n") == ["403035", "424906"]
+    with pytest.raises(SlurmError, match="job id"):
+        parse_job_ids("JOBID\n403035\n")
+
+
+def test_a_hosts_slurm_name_is_its_short_host_name_and_a_host_never_read_is_named():
+    hostvars = {"mi300-a.example.org": {"ansible_facts": {"hostname": "mi300-a"}},
+                "mi300-b.example.org": {"ansible_facts": {"hostname": "mi300-b"}}, "fresh": {}}  # fmt: skip
+    assert node_names(["mi300-b.example.org", "mi300-a.example.org"], hostvars) == ["mi300-b", "mi300-a"]
+    with pytest.raises(SlurmError, match=r"^fresh: no host name in its facts"):
+        node_names(["mi300-a.example.org", "fresh"], hostvars)
+    with pytest.raises(SlurmError, match="distinct"):
+        node_names(["mi300-a.example.org", "mi300-a.example.org"], hostvars)
 
 
 # --- sinfo ---------------------------------------------------------------------------------------
@@ -1021,7 +1052,7 @@ def test_a_default_partition_holds_every_node():
 def test_the_filters_wrap_errors_for_ansible():
     filters = FilterModule().filters()
     assert set(filters) == {"slurm_allocation_argv", "slurm_batch_script", "slurm_config_files", "slurm_granted_job_id",
-                            "slurm_scancel_found_nothing", "slurm_step_prefix"}  # fmt: skip
+                            "slurm_node_names", "slurm_step_prefix"}  # fmt: skip
     assert filters["slurm_batch_script"](job()) == TWO_NODES
     with pytest.raises(AnsibleFilterError, match="sbatch_script"):
         filters["slurm_batch_script"](job(name="a|b"))
