@@ -675,6 +675,9 @@ def sacct_job(rows, job_id):
 
 def _describe(status):
     job = f"Slurm job {status['job_id']}"
+    if status["state"] is None and status.get("other_name") is not None:
+        return (f"{job} names another job now ({status['other_name']}): the id on record is stale (Slurm numbers "
+                "its jobs again after it lost its saved state)")  # fmt: skip
     if status["state"] is None:
         return f"{job} is known to neither squeue nor sacct"
     if status["phase"] == "pending":
@@ -698,19 +701,30 @@ def _describe(status):
     return text
 
 
-def job_status(job_id, squeue_text=None, sacct_text=None, squeue_format=SQUEUE_FORMAT):
+def job_status(job_id, squeue_text=None, sacct_text=None, squeue_format=SQUEUE_FORMAT, name=None):
     """What Slurm knows of one job, from squeue (the controller, while it holds the job) and sacct
     (the accounting record, with steps and exit codes): ``{"job_id", "state", "phase" (pending,
     active, finished, unknown), "reason", "held", "cancelled_by", "exit_code", "signal", "success",
-    "hosts", "elapsed_s", "time_limit_s", "steps", "failed_steps", "source", "message"}``. A job
-    squeue shows pending or active is read from squeue (its reason is the controller's, current);
-    a finished one from sacct, which has the exit codes. Either text may be None (the command was
-    not run, or failed). ``state`` is None when neither knows the job."""
+    "hosts", "elapsed_s", "time_limit_s", "steps", "failed_steps", "source", "other_name",
+    "message"}``. A job squeue shows pending or active is read from squeue (its reason is the
+    controller's, current); a finished one from sacct, which has the exit codes. Either text may be
+    None (the command was not run, or failed). ``state`` is None when neither knows the job.
+
+    With ``name``, the id must still name that job: Slurm numbers jobs from FirstJobId again when
+    its saved state is lost, and an id kept on a node for days can then name another job, whose
+    state is not this one's. Such a job is known to neither (``state`` None), and ``other_name``
+    holds the name it has."""
     job_id = _job_id(job_id)
     live = None
     if squeue_text:
         live = next((job for job in parse_squeue(squeue_text, squeue_format) if job["job_id"] == job_id), None)
     record = sacct_job(parse_sacct(sacct_text), job_id) if sacct_text else None
+    other = None
+    if name is not None:
+        if live and live["name"] is not None and live["name"] != name:
+            other, live = live["name"], None
+        if record and record["name"] is not None and record["name"] != name:
+            other, record = record["name"], None
     status = {
         "job_id": job_id,
         "state": None,
@@ -727,6 +741,7 @@ def job_status(job_id, squeue_text=None, sacct_text=None, squeue_format=SQUEUE_F
         "steps": record["steps"] if record else [],
         "failed_steps": record["failed_steps"] if record else [],
         "source": None,
+        "other_name": other,
     }
     if live and (live["phase"] in ("pending", "active") or record is None):
         for key in ("state", "phase", "reason", "held", "cancelled_by", "hosts", "elapsed_s", "time_limit_s"):

@@ -57,6 +57,13 @@ options:
         that is not a regular file, or other text, fails the module.
       - Required with O(launcher=slurm).
     type: path
+  slurm_job_name:
+    description:
+      - With O(launcher=slurm), the name the job was submitted under (C(sbatch --job-name)). The id on
+        record counts only while Slurm's job of that id has this name; one with another name (Slurm
+        numbers its jobs again after it lost its saved state) is read as a job Slurm no longer knows.
+      - Without it, the id alone is trusted.
+    type: str
   squeue:
     description: The C(squeue) command (a name looked up in C(PATH), or a path), with O(launcher=slurm).
     type: str
@@ -526,13 +533,14 @@ def _read_slurm(module, job):
             _slurm_failed(module, squeue, (rc, out, err), "Slurm's controller (slurmctld, munge, slurm.conf)")
         out = ""
     try:
-        status = job_status(job["job_id"], squeue_text=out)
+        name = params["slurm_job_name"] or None
+        status = job_status(job["job_id"], squeue_text=out, name=name)
         if status["phase"] in ("pending", "active"):
             return status
         sacct, (rc, sacct_out, err) = _run_slurm(module, sacct_argv(job["job_id"], params["sacct"]))
         if rc != 0:
             _slurm_failed(module, sacct, (rc, sacct_out, err), "Slurm's accounting (slurmdbd)")
-        return job_status(job["job_id"], squeue_text=out, sacct_text=sacct_out)
+        return job_status(job["job_id"], squeue_text=out, sacct_text=sacct_out, name=name)
     except SlurmError as err:
         module.fail_json(msg=f"{_host()}: Slurm's answer on job {job['job_id']} cannot be read: {err}. See "
                              f"{SLURM_RUNBOOK}")  # fmt: skip
@@ -601,6 +609,7 @@ def main():
             "launcher": {"type": "str", "choices": ["systemd", "slurm"], "default": "systemd"},
             "unit": {"type": "str"},
             "slurm_job_id_file": {"type": "path"},
+            "slurm_job_name": {"type": "str"},
             "squeue": {"type": "str", "default": "squeue"},
             "sacct": {"type": "str", "default": "sacct"},
             "exit_file": {"type": "path", "required": True},

@@ -22,6 +22,9 @@ description:
     pending or active. A job C(squeue) no longer knows, or shows finished, does not. When C(squeue)
     cannot answer for a job on record, the job counts as running (a stage holds back rather than
     disturb it) and RV(slurm) says why.
+  - The id counts only while Slurm's job of that id has the job's name, C(instinct-finetune-JOB) (the
+    finetune role's C(sbatch --job-name)). Slurm numbers its jobs again after it lost its saved state,
+    and an old id may then name another account's job.
   - Never changes anything on the host.
 options:
   unit_dir:
@@ -69,9 +72,10 @@ slurm:
   description:
     - Every job launched through Slurm found in O(jobs_dir), with its Slurm job id and what C(squeue) says
       of it (C(state), empty when squeue no longer knows it), or why squeue could not answer (C(error)).
+    - C(other_name) is the name of the job the id names now when it is not this job's (C(state) empty).
   returned: always
   type: dict
-  sample: {"sft-70b": {"job_id": "4242", "state": "RUNNING", "error": ""}}
+  sample: {"sft-70b": {"job_id": "4242", "state": "RUNNING", "error": "", "other_name": null}}
 by_launcher:
   description: The running jobs of RV(jobs) by what runs them, C(systemd) (an active unit) and C(slurm).
   returned: always
@@ -94,6 +98,8 @@ from ansible_collections.instinct.finetune.plugins.module_utils.slurm import (
 )
 
 UNIT_GLOB = "instinct-finetune-*.service"
+# The finetune role's sbatch --job-name of job JOB (its finetune_slurm_job_name).
+SLURM_NAME_PREFIX = "instinct-finetune-"
 ID_FILE = "slurm-job-id"
 # squeue's answer for a job the controller has forgotten (MinJobAge after it ended).
 FORGOTTEN = "Invalid job id specified"
@@ -105,18 +111,18 @@ def slurm_jobs(module):
     for path in sorted(glob.glob(os.path.join(module.params["jobs_dir"], "*", ID_FILE))):
         job = os.path.basename(os.path.dirname(path))
         if os.path.islink(path) or not os.path.isfile(path):
-            found[job] = {"job_id": "", "state": "", "error": f"{path} is not a regular file"}
+            found[job] = {"job_id": "", "state": "", "error": f"{path} is not a regular file", "other_name": None}
             continue
         with open(path, encoding="utf-8", errors="replace") as handle:
             text = handle.read()
         try:
             parsed = parse_sbatch_parsable(text)
         except SlurmError as err:
-            found[job] = {"job_id": "", "state": "", "error": f"{path}: {err}"}
+            found[job] = {"job_id": "", "state": "", "error": f"{path}: {err}", "other_name": None}
             continue
         if parsed is None:
             continue
-        found[job] = {"job_id": parsed["job_id"], "state": "", "error": ""}
+        found[job] = {"job_id": parsed["job_id"], "state": "", "error": "", "other_name": None}
         squeue = module.get_bin_path(module.params["squeue"]) if not os.path.isabs(module.params["squeue"]) \
             else module.params["squeue"]  # fmt: skip
         if not squeue:
@@ -131,6 +137,9 @@ def slurm_jobs(module):
             rows = [row for row in parse_squeue(out) if row["job_id"] == parsed["job_id"]]
         except SlurmError as err:
             found[job]["error"] = f"squeue's answer cannot be read: {err}"
+            continue
+        if rows and rows[0]["name"] not in (None, SLURM_NAME_PREFIX + job):
+            found[job]["other_name"] = rows[0]["name"]
             continue
         found[job]["state"] = rows[0]["state"] if rows else ""
     return found

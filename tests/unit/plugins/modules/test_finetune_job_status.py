@@ -511,6 +511,32 @@ def test_a_job_slurm_no_longer_knows_reads_as_its_exit_record(tmp_path, monkeypa
     assert absent["state"] == "absent" and absent["errors"] == ["Slurm job 4242 is known to neither squeue nor sacct"]
 
 
+def test_an_id_that_names_another_job_now_is_not_this_job(tmp_path, monkeypatch, capsys):
+    """Slurm numbers its jobs from FirstJobId again when it lost its saved state: the id a node kept
+    since its job ended then names another account's job. That job is not this one, so this job is not
+    running (before, the plan attached to it and the stages held back for it)."""
+    params = dict(slurm_job(tmp_path, "424906", exit_record=EXIT_SUCCESS), slurm_job_name="instinct-finetune-tiny-sft")
+    header_only = (0, "JobID|JobName|State|ExitCode|DerivedExitCode|Elapsed|Start|End|NNodes|NodeList|Reason\n", "")
+    rc, result, calls, _clock = run_slurm(
+        monkeypatch, capsys, params, [(0, RUNNING_TWO_NODES, "")], sacct=[header_only]
+    )
+    assert (rc, result["state"], result["errors"]) == (0, "succeeded", [])
+    assert result["slurm"]["state"] is None and result["slurm"]["phase"] == "unknown"
+    assert result["slurm"]["message"].startswith(
+        "Slurm job 424906 names another job now (qe): the id on record is stale"
+    )
+    assert calls == [squeue_call("424906"), sacct_call("424906")]
+    # The job's own name: its own job, running.
+    ours = run_slurm(monkeypatch, capsys, dict(params, slurm_job_name="qe"), [(0, RUNNING_TWO_NODES, "")])[1]
+    assert ours["state"] == "running" and ours["slurm"]["hosts"] == ["hbnode-38", "hbnode-39"]
+    # sacct's record of another job under the id is no account of this one either.
+    recording = "sacct-P_frontier-mi250x_256node-COMPLETED.txt"
+    (tmp_path / "jobs" / "tiny-sft" / "slurm-job-id").write_text("4908935\n")
+    (tmp_path / "jobs" / "tiny-sft" / "exit-status").unlink()
+    other = run_slurm(monkeypatch, capsys, params, [SQUEUE_FORGOT], sacct=[recording])[1]
+    assert other["state"] == "absent" and "names another job now (e97-256n-hier-smoke)" in other["errors"][0]
+
+
 def test_a_failing_squeue_fails_naming_the_host_the_command_and_the_runbook(tmp_path, monkeypatch, capsys):
     # Not Slurm's words: a stand-in for a controller that does not answer.
     refused = (1, "", "squeue stand-in: the controller does not answer\n")

@@ -18,6 +18,11 @@ from tests.unit.plugins.modules.test_finetune_job_status import PENDING_RESOURCE
 COMPLETED = "882655|COMPLETED|None|1|dgx003|2:10:07|12:00:00|Acid_rag\n"
 
 
+def ours(line, job):
+    """A recorded squeue line as the finetune role's job JOB: its sbatch --job-name (the last field)."""
+    return line.rsplit("|", 1)[0] + f"|instinct-finetune-{job}\n"
+
+
 def run(monkeypatch, capsys, tmp_path, ids, answers, *, found=("systemctl", "squeue"), units=()):  # noqa: PLR0913
     """main() over a unit folder holding ``units`` (all active) and a jobs folder whose job folders
     hold ``ids`` ({job: text of slurm-job-id}); squeue answers answers[job id]. Returns (rc, result,
@@ -54,17 +59,27 @@ def test_a_slurm_job_pending_or_running_counts_as_running_and_a_finished_or_forg
     tmp_path, monkeypatch, capsys
 ):
     ids = {"waits": "403035\n", "trains": "424906;cluster2\n", "done": "882655\n", "gone": "4242\n"}
-    answers = {"403035": (0, PENDING_RESOURCES, ""), "424906": (0, RUNNING_TWO_NODES, ""),
-               "882655": (0, COMPLETED, ""), "4242": SQUEUE_FORGOT}  # fmt: skip
+    answers = {"403035": (0, ours(PENDING_RESOURCES, "waits"), ""),
+               "424906": (0, ours(RUNNING_TWO_NODES, "trains"), ""),
+               "882655": (0, ours(COMPLETED, "done"), ""), "4242": SQUEUE_FORGOT}  # fmt: skip
     rc, result, calls = run(monkeypatch, capsys, tmp_path, ids, answers, units=["instinct-finetune-unit-job.service"])
     assert rc == 0
     assert result["jobs"] == ["trains", "unit-job", "waits"]
     assert result["by_launcher"] == {"systemd": ["unit-job"], "slurm": ["trains", "waits"]}
-    assert result["slurm"]["waits"] == {"job_id": "403035", "state": "PENDING", "error": ""}
+    assert result["slurm"]["waits"] == {"job_id": "403035", "state": "PENDING", "error": "", "other_name": None}
     assert result["slurm"]["done"]["state"] == "COMPLETED" and result["slurm"]["gone"]["state"] == ""
     assert "systemd-job" not in result["slurm"]
     assert sorted(call[1] for call in calls) == ["--jobs=403035", "--jobs=4242", "--jobs=424906", "--jobs=882655"]
     assert all(call[2:4] == ["--noheader", "--states=all"] for call in calls)
+
+
+def test_an_id_that_names_another_job_now_does_not_hold_the_stages_back(tmp_path, monkeypatch, capsys):
+    """Slurm numbers its jobs again after it lost its saved state: the id a finished job left on the node
+    then names someone else's running job, which is not this job (before, every stage held back for it)."""
+    answers = {"424906": (0, RUNNING_TWO_NODES, ""), "403035": (0, ours(PENDING_RESOURCES, "waits"), "")}
+    rc, result, _calls = run(monkeypatch, capsys, tmp_path, {"old": "424906\n", "waits": "403035\n"}, answers)
+    assert rc == 0 and result["jobs"] == ["waits"]
+    assert result["slurm"]["old"] == {"job_id": "424906", "state": "", "error": "", "other_name": "qe"}
 
 
 def test_a_slurm_job_squeue_cannot_answer_for_counts_as_running(tmp_path, monkeypatch, capsys):
