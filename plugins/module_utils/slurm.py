@@ -15,7 +15,7 @@ The commands the collection runs (each built here, so that command and parser ha
   columns, so a recording with any field list reads the same way).
 - ``sinfo --Node --noheader --format=%N|%P|%T|%c|%m|%G|%E`` (one line per node and partition; the
   reason last, as it is free text).
-- ``squeue --noheader --name=N --user=U --states=... --format=%i`` then ``scancel --name=N
+- ``squeue --all --noheader --name=N --user=U --states=... --format=%i|%j`` then ``scancel --name=N
   --user=U ID...`` (a cancel: what it ends is read first, as scancel's filters match nothing
   without a word).
 
@@ -811,32 +811,63 @@ def scancel_found_nothing(stderr):
     return bool(lines) and all(any(said in line for said in _SCANCEL_NOTHING_LEFT) for line in lines)
 
 
-# Every state in which a job still holds or waits for nodes: what a cancel has to end.
-UNFINISHED_STATES = tuple(sorted(PENDING_STATES | ACTIVE_STATES))
+# What a cancel has to end: every job that waits for nodes or holds them, less those already ending
+# (COMPLETING, STAGE_OUT), which scancel 21.08 counts as finished and answers "Invalid job id specified".
+CANCELLABLE_STATES = tuple(sorted((PENDING_STATES | ACTIVE_STATES) - {"COMPLETING", "STAGE_OUT"}))
+
+
+def _filter_word(value, what):
+    value = _text(value, what, allow_pipe=False)
+    if "," in value:
+        raise SlurmError(f"{what} {value!r} holds ',', which squeue reads as a list of several")
+    return value
 
 
 def cancel_candidates_argv(name, user, job_id=None, nodes=None, squeue="squeue"):
-    """The squeue command that lists, one id a line, the unfinished jobs a cancel would end: those
-    of ``user`` named ``name``, and only job ``job_id`` or only jobs on ``nodes`` when given.
-    scancel with the same filters says nothing when they match no job (it exits 0), so the cancel
-    reads first what there is: an honest "changed", and check mode that knows what it would end."""
-    argv = [squeue, "--noheader", f"--name={_text(name, 'the job name', allow_pipe=False)}",
-            f"--user={_text(user, 'the user', allow_pipe=False)}",
-            f"--states={','.join(UNFINISHED_STATES)}"]  # fmt: skip
+    """The squeue command that lists the jobs a cancel would end: those of ``user`` named ``name``
+    that wait for nodes or hold them, only job ``job_id`` or only jobs on ``nodes``. scancel with the
+    same filters says nothing when they match no job (it exits 0), so the cancel reads first what
+    there is: an honest "changed", and check mode that knows what it would end.
+
+    One of ``job_id`` and ``nodes`` is needed: an empty value (a template slip) must not widen the
+    cancel to every job of that name. ``--all`` lists hidden partitions' jobs too, as scancel sees
+    them. Each line is ``ID|NAME``: squeue's ``--name`` ignores case where scancel's does not, so
+    cancel_candidates compares the name exactly."""
+    if job_id in (None, "") and not nodes:
+        raise SlurmError("a cancel needs a job id or nodes: without either it would end every job of that name")
+    argv = [squeue, "--all", "--noheader", f"--name={_filter_word(name, 'the job name')}",
+            f"--user={_filter_word(user, 'the user')}", f"--states={','.join(CANCELLABLE_STATES)}"]  # fmt: skip
     if job_id not in (None, ""):
         argv.append(f"--jobs={_job_id(job_id)}")
     if nodes:
         argv.append(f"--nodelist={','.join(_node_names(nodes))}")
-    return [*argv, "--format=%i"]
+    return [*argv, "--format=%i|%j"]
 
 
-def parse_job_ids(text):
-    """The job ids of ``squeue --format=%i --noheader``, one a line, in order and once each."""
+def cancel_candidates(text, name):
+    """The job ids of cancel_candidates_argv's answer whose name is exactly ``name``, in order and
+    once each."""
     ids = []
     for line in str(text or "").splitlines():
-        if line.strip() and _job_id(line) not in ids:
-            ids.append(_job_id(line))
+        if not line.strip():
+            continue
+        job_id, sep, found = line.partition("|")
+        if not sep:
+            raise SlurmError(f"{line!r} is not what squeue --format=%i|%j prints (ID|NAME)")
+        job_id = _job_id(job_id)
+        if found == name and job_id not in ids:
+            ids.append(job_id)
     return ids
+
+
+_KILL_JOB_ID = re.compile(r"\bjob id (\d+(?:_\d+)?)\b")
+
+
+def scancel_ended_ids(stderr):
+    """The ids scancel found nothing left of (its "Kill job error on job id N: Invalid job id
+    specified" lines): a job that ended between the read and the cancel, which it did not end."""
+    return [found.group(1) for line in str(stderr or "").splitlines() if scancel_found_nothing(line)
+            for found in [_KILL_JOB_ID.search(line)] if found]  # fmt: skip
 
 
 # --- nodes (sinfo) -------------------------------------------------------------------------------

@@ -231,7 +231,7 @@ def test_health_runs_its_all_reduce_and_burn_in_as_steps_of_one_slurm_allocation
     assert checked.rc == 0, checked.failures
     assert (NODES[0], "Release what an interrupted health check left allocated on these nodes") in (
         checked.changed_tasks())  # fmt: skip
-    assert accounting(f"--jobs={left_id}")[0][2].startswith("CANCELLED")
+    assert accounting(f"--jobs={left_id}", want=lambda lines: lines and lines[0][2].startswith("CANCELLED"))
     said = " ".join(str(m) for m in debug_messages(checked, "Say which Slurm job runs the checks").values())
     job_id = re.search(r"run as steps of Slurm job (\d+) \(instinct-health", said).group(1)
     assert sorted(debug_messages(checked, "Show the all-reduce figures")) == NODES

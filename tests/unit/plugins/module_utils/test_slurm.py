@@ -23,6 +23,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils.slurm import (
     SINFO_FORMAT,
     SQUEUE_FORMAT,
     SlurmError,
+    cancel_candidates,
     cancel_candidates_argv,
     cgroup_conf,
     compress_hostlist,
@@ -37,7 +38,6 @@ from ansible_collections.instinct.finetune.plugins.module_utils.slurm import (
     parse_duration,
     parse_exit_code,
     parse_gres,
-    parse_job_ids,
     parse_node_state,
     parse_sacct,
     parse_salloc_granted,
@@ -51,6 +51,7 @@ from ansible_collections.instinct.finetune.plugins.module_utils.slurm import (
     salloc_argv,
     sbatch_script,
     scancel_argv,
+    scancel_ended_ids,
     scancel_found_nothing,
     sinfo_argv,
     sinfo_nodes,
@@ -459,14 +460,39 @@ def test_what_sbatch_parsable_prints_and_the_scancel_command():
 
 def test_the_cancel_reads_first_what_its_filters_match():
     argv = cancel_candidates_argv("instinct-health", "instinct", nodes=["hbnode-38", "hbnode-39"])
-    assert argv[:4] == ["squeue", "--noheader", "--name=instinct-health", "--user=instinct"]
-    assert argv[-2:] == ["--nodelist=hbnode-38,hbnode-39", "--format=%i"]
+    assert argv[:5] == ["squeue", "--all", "--noheader", "--name=instinct-health", "--user=instinct"]
+    assert argv[-2:] == ["--nodelist=hbnode-38,hbnode-39", "--format=%i|%j"]
     assert cancel_candidates_argv("n", "u", job_id="424906")[-2] == "--jobs=424906"
-    states = set(argv[4].removeprefix("--states=").split(","))
-    assert states == {*PENDING_STATES, *ACTIVE_STATES} and not states & FINISHED_STATES
-    assert parse_job_ids("403035\n424906\n\n403035\n") == ["403035", "424906"]
+    # Waiting or holding nodes; not ending already (scancel 21.08 answers those "Invalid job id").
+    states = set(argv[5].removeprefix("--states=").split(","))
+    assert {"PENDING", "RUNNING", "SUSPENDED"} <= states
+    assert not states & (FINISHED_STATES | {"COMPLETING", "STAGE_OUT"})
+    assert states <= PENDING_STATES | ACTIVE_STATES
+    # An empty id or node list is no "every job of that name".
+    for empty in ({"job_id": ""}, {"nodes": []}, {"job_id": None, "nodes": None}):
+        with pytest.raises(SlurmError, match="needs a job id or nodes"):
+            cancel_candidates_argv("n", "u", **empty)
+    # squeue reads a comma as a list of names or users; scancel takes one.
+    for name, user in (("a,b", "u"), ("n", "instinct,root")):
+        with pytest.raises(SlurmError, match="holds ','"):
+            cancel_candidates_argv(name, user, job_id="1")
+
+
+def test_only_jobs_of_exactly_the_name_are_candidates():
+    """squeue's --name ignores case (scancel's does not): a job of another case is no candidate."""
+    answer = "403035|instinct-health\n424906|Instinct-Health\n\n403035|instinct-health\n4242|instinct-health\n"
+    assert cancel_candidates(answer, "instinct-health") == ["403035", "4242"]
+    with pytest.raises(SlurmError, match=r"ID\|NAME"):
+        cancel_candidates("403035\n", "instinct-health")
     with pytest.raises(SlurmError, match="job id"):
-        parse_job_ids("JOBID\n403035\n")
+        cancel_candidates("JOBID|NAME\n", "instinct-health")
+
+
+def test_scancel_names_the_ids_it_found_nothing_left_of():
+    recorded = text("scancel_gc3pie_invalid-job-id.txt")
+    assert scancel_ended_ids(recorded) == ["15"]
+    assert scancel_ended_ids("scancel: error: Kill job error on job id 424906: Access/permission denied") == []
+    assert scancel_ended_ids("") == []
 
 
 def test_a_hosts_slurm_name_is_its_short_host_name_and_a_host_never_read_is_named():

@@ -7,11 +7,12 @@ tables' jobs in the collection's format, as test_finetune_job_status.py builds t
 import json
 
 import pytest
+import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.instinct.finetune.plugins.modules import running_jobs
-from tests.unit.conftest import role_tasks
+from tests.unit.conftest import ROOT, role_tasks
 from tests.unit.plugins.modules.test_finetune_job_status import PENDING_RESOURCES, RUNNING_TWO_NODES, SQUEUE_FORGOT
 
 # squeue-l_orfeo-areasciencepark-2026's job 882655 as the collection's format reads a finished one.
@@ -20,7 +21,14 @@ COMPLETED = "882655|COMPLETED|None|1|dgx003|2:10:07|12:00:00|Acid_rag\n"
 
 def ours(line, job):
     """A recorded squeue line as the finetune role's job JOB: its sbatch --job-name (the last field)."""
-    return line.rsplit("|", 1)[0] + f"|instinct-finetune-{job}\n"
+    return line.rsplit("|", 1)[0] + f"|{running_jobs.SLURM_NAME_PREFIX}{job}\n"
+
+
+def test_the_name_it_expects_is_the_one_the_finetune_role_submits_under():
+    """The module reads the job's name from its folder the way the finetune role names the job to
+    sbatch: were they to part, every running Slurm fine-tune would read as another job's id."""
+    variables = yaml.safe_load((ROOT / "roles/finetune/vars/main.yml").read_text())
+    assert variables["finetune_slurm_job_name"] == running_jobs.SLURM_NAME_PREFIX + "{{ finetune_job_name }}"
 
 
 def run(monkeypatch, capsys, tmp_path, ids, answers, *, found=("systemctl", "squeue"), units=()):  # noqa: PLR0913
