@@ -92,8 +92,8 @@ from ansible_collections.instinct.finetune.plugins.module_utils.jobstate import 
 from ansible_collections.instinct.finetune.plugins.module_utils.slurm import (
     SlurmError,
     job_phase,
+    job_status,
     parse_sbatch_parsable,
-    parse_squeue,
     squeue_argv,
 )
 
@@ -105,24 +105,28 @@ ID_FILE = "slurm-job-id"
 FORGOTTEN = "Invalid job id specified"
 
 
+def _seen(job_id="", error=""):
+    return {"job_id": job_id, "state": "", "error": error, "other_name": None}
+
+
 def slurm_jobs(module):
-    """{job: {"job_id", "state", "error"}} for every job folder that holds a Slurm job id."""
+    """{job: {"job_id", "state", "error", "other_name"}} for every job folder that holds a Slurm job id."""
     found = {}
     for path in sorted(glob.glob(os.path.join(module.params["jobs_dir"], "*", ID_FILE))):
         job = os.path.basename(os.path.dirname(path))
         if os.path.islink(path) or not os.path.isfile(path):
-            found[job] = {"job_id": "", "state": "", "error": f"{path} is not a regular file", "other_name": None}
+            found[job] = _seen(error=f"{path} is not a regular file")
             continue
         with open(path, encoding="utf-8", errors="replace") as handle:
             text = handle.read()
         try:
             parsed = parse_sbatch_parsable(text)
         except SlurmError as err:
-            found[job] = {"job_id": "", "state": "", "error": f"{path}: {err}", "other_name": None}
+            found[job] = _seen(error=f"{path}: {err}")
             continue
         if parsed is None:
             continue
-        found[job] = {"job_id": parsed["job_id"], "state": "", "error": "", "other_name": None}
+        found[job] = _seen(parsed["job_id"])
         squeue = module.get_bin_path(module.params["squeue"]) if not os.path.isabs(module.params["squeue"]) \
             else module.params["squeue"]  # fmt: skip
         if not squeue:
@@ -133,15 +137,13 @@ def slurm_jobs(module):
             if FORGOTTEN not in err:
                 found[job]["error"] = f"squeue exited {rc}: {(err or out).strip() or 'no output'}"
             continue
+        # job_status's own check: the id counts only while its job has this job's name.
         try:
-            rows = [row for row in parse_squeue(out) if row["job_id"] == parsed["job_id"]]
+            status = job_status(parsed["job_id"], squeue_text=out, name=SLURM_NAME_PREFIX + job)
         except SlurmError as err:
             found[job]["error"] = f"squeue's answer cannot be read: {err}"
             continue
-        if rows and rows[0]["name"] not in (None, SLURM_NAME_PREFIX + job):
-            found[job]["other_name"] = rows[0]["name"]
-            continue
-        found[job]["state"] = rows[0]["state"] if rows else ""
+        found[job].update(state=status["state"] or "", other_name=status["other_name"])
     return found
 
 
